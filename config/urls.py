@@ -1,0 +1,26 @@
+from django.contrib import admin
+from django.http import HttpRequest, JsonResponse
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView
+
+
+def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
+    """Unknown API paths (and run ids that are not UUIDs) answer in the API's error envelope."""
+    body = {
+        "error": {
+            "code": "not_found",
+            "message": f"No such resource: {request.path}",
+            "details": {},
+        }
+    }
+    return JsonResponse(body, status=404)
+
+
+urlpatterns = [
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/", include("tools.urls")),
+    path("api/v1/", include("runs.urls")),
+    re_path(r"^api/(?P<rest>.*)$", api_not_found),
+    path("django-admin/", admin.site.urls),
+    path("", include("review.urls")),
+]

@@ -1,0 +1,157 @@
+"""The one error envelope of the API: {"error": {"code", "message", "details"}}."""
+
+import json
+import math
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError, InterfaceError, OperationalError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.parsers import BaseParser
+from rest_framework.response import Response
+
+MAX_JSON_DEPTH = 64
+
+
+class ApplicationError(Exception):
+    """A refusal the client can act on; raised by services, rendered by `exception_handler`."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        status_code: int = status.HTTP_409_CONFLICT,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status_code = status_code
+        self.details = details or {}
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "payload_too_large"
+    default_detail = "The request body is over the configured limit."
+
+
+def error_response(
+    code: str, message: str, http_status: int, details: dict[str, Any] | None = None
+) -> Response:
+    return Response(
+        {"error": {"code": code, "message": message, "details": details or {}}}, status=http_status
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _depth(value: Any, limit: int) -> int:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    deepest = 0
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def _has_nul(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            return True
+    return False
+
+
+class StrictJSONParser(BaseParser):
+    """JSON that PostgreSQL can store and the hash chain can canonicalise.
+
+    Refuses bodies over the configured size (413), non-UTF-8, NaN/Infinity, NUL characters
+    (jsonb cannot hold them) and nesting deeper than MAX_JSON_DEPTH.
+    """
+
+    media_type = "application/json"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise PayloadTooLarge()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise exceptions.ParseError("The request body is not UTF-8.") from exc
+        try:
+            data = json.loads(text, parse_constant=_reject_constant)
+        except RecursionError as exc:
+            raise exceptions.ParseError("JSON nested too deeply.") from exc
+        except ValueError as exc:
+            raise exceptions.ParseError(f"Malformed JSON: {exc}") from exc
+        if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+            raise exceptions.ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
+        if _has_nul(data):
+            raise exceptions.ParseError("JSON strings may not contain NUL characters.")
+        return data
+
+
+_DRF_CODES = {
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "authentication_failed",
+    exceptions.PermissionDenied: "permission_denied",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotAcceptable: "not_acceptable",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.ParseError: "malformed_json",
+    exceptions.Throttled: "throttled",
+    PayloadTooLarge: "payload_too_large",
+}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, ApplicationError):
+        return error_response(exc.code, exc.message, exc.status_code, exc.details)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if isinstance(exc, exceptions.ValidationError):
+        detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        return error_response(
+            "validation_error", "The request is not valid.", status.HTTP_400_BAD_REQUEST, detail
+        )
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return error_response(
+            "database_unavailable",
+            "The database is not reachable right now; retry with backoff.",
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
+    if isinstance(exc, DatabaseError) and "invalid input syntax" in str(exc):
+        return error_response("validation_error", str(exc).splitlines()[0], 400)
+    if isinstance(exc, exceptions.APIException):
+        code = next((c for t, c in _DRF_CODES.items() if isinstance(exc, t)), "error")
+        response = error_response(code, str(exc.detail), exc.status_code)
+        if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+            response["WWW-Authenticate"] = 'Bearer realm="api"'
+        return response
+    return None

@@ -1,0 +1,409 @@
+"""The worker API: one view per operation, thin callers of runs.services."""
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from runs import services
+from runs.api_errors import error_response
+from runs.authentication import actor_of
+from runs.constants import Effect, EnforcedBy, StepKind
+from runs.models import Event, Run, Step
+from runs.representations import event_json, run_json, step_json
+
+MAX_STEP_INDEX = 100_000
+MAX_TOKENS_PER_CALL = 10**12
+
+
+# --- shapes, for validation and for the OpenAPI schema --------------------------------------
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = inline_serializer(
+        "ErrorBody",
+        fields={
+            "code": serializers.CharField(),
+            "message": serializers.CharField(),
+            "details": serializers.DictField(),
+        },
+    )
+
+
+class UsageSerializer(serializers.Serializer):
+    input_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS_PER_CALL, default=0)
+    output_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS_PER_CALL, default=0)
+    cost_usd = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        min_value=0,
+        required=False,
+        allow_null=True,
+        coerce_to_string=True,
+    )
+
+
+class LeaseRefSerializer(serializers.Serializer):
+    worker = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+
+
+class BudgetSerializer(serializers.Serializer):
+    limits = inline_serializer(
+        "BudgetLimits",
+        fields={
+            "steps": serializers.IntegerField(),
+            "tokens": serializers.IntegerField(),
+            "cost_usd": serializers.CharField(allow_null=True),
+            "wall_seconds": serializers.IntegerField(),
+            "recoveries": serializers.IntegerField(),
+        },
+    )
+    used = inline_serializer(
+        "BudgetUsed",
+        fields={
+            "steps": serializers.IntegerField(),
+            "tokens": serializers.IntegerField(),
+            "cost_usd": serializers.CharField(),
+            "recoveries": serializers.IntegerField(),
+        },
+    )
+    deadline = serializers.DateTimeField()
+
+
+class RunOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    agent = serializers.CharField()
+    external_id = serializers.CharField(allow_null=True)
+    status = serializers.CharField()
+    status_reason = serializers.CharField()
+    input = serializers.JSONField()
+    output = serializers.JSONField(allow_null=True)
+    error = serializers.JSONField(allow_null=True)
+    epoch = serializers.IntegerField()
+    lease = LeaseRefSerializer(allow_null=True)
+    budget = BudgetSerializer()
+    step_count = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class ResolutionSerializer(serializers.Serializer):
+    action = serializers.CharField()
+    by = serializers.CharField()
+    note = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
+class StepOutputSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    kind = serializers.CharField()
+    name = serializers.CharField()
+    effect = serializers.CharField()
+    enforced_by = serializers.CharField(allow_null=True)
+    arguments = serializers.JSONField()
+    arguments_hash = serializers.CharField()
+    idempotency_key = serializers.CharField()
+    state = serializers.CharField()
+    result = serializers.JSONField(allow_null=True)
+    usage = UsageSerializer()
+    epoch = serializers.IntegerField()
+    intent_at = serializers.DateTimeField()
+    outcome_at = serializers.DateTimeField(allow_null=True)
+    resolution = ResolutionSerializer(allow_null=True)
+
+
+class EventOutputSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    type = serializers.CharField()
+    payload = serializers.JSONField()
+    actor = serializers.CharField()
+    at = serializers.DateTimeField()
+    prev_hash = serializers.CharField()
+    hash = serializers.CharField()
+
+
+class JSONObjectField(serializers.JSONField):
+    """A JSON object (not a list, string or number)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("Must be a JSON object.")
+        return super().to_internal_value(data)
+
+
+class AnyJSONField(serializers.JSONField):
+    """Any JSON value, null included."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_null", True)
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("default", None)
+        super().__init__(**kwargs)
+
+
+def _errors(
+    code: str, *, http: int = 409, also: tuple[int, ...] = ()
+) -> dict[int, OpenApiResponse]:
+    responses = {http: OpenApiResponse(ErrorSerializer, description=code)}
+    for extra in also:
+        responses[extra] = OpenApiResponse(ErrorSerializer)
+    return responses
+
+
+def _validated(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data  # type: ignore[return-value]
+
+
+def _budget_refusal_response(refusal: Any, body: dict[str, Any]) -> Response:
+    details = {**refusal.details, **body}
+    return error_response(refusal.code, refusal.message, status.HTTP_409_CONFLICT, details)
+
+
+COMMON = (400, 401, 404, 413)
+
+
+# --- operations -----------------------------------------------------------------------------
+
+
+class RunCreateApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        agent = serializers.RegexField(r"^[A-Za-z0-9_.:\-]+$", max_length=100)
+        input = AnyJSONField()
+        external_id = serializers.CharField(
+            max_length=200, required=False, allow_null=True, default=None
+        )
+
+    @extend_schema(
+        operation_id="runs_create",
+        request=InputSerializer,
+        responses={
+            201: RunOutputSerializer,
+            200: RunOutputSerializer,
+            **_errors("validation_error", http=400, also=(401, 413)),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        data = _validated(self.InputSerializer, request)
+        run, created = services.run_create(**data, actor=actor_of(request))
+        return Response(
+            run_json(run), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
+
+
+class RunDetailApi(APIView):
+    @extend_schema(
+        operation_id="runs_retrieve",
+        responses={200: RunOutputSerializer, **_errors("not_found", http=404, also=(401,))},
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        run = Run.objects.filter(pk=run_id).first()
+        if run is None:
+            return error_response("not_found", f"No run {run_id}.", 404)
+        return Response(run_json(run))
+
+
+class RunLeaseApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        worker = serializers.CharField(max_length=200)
+        ttl_seconds = serializers.IntegerField(min_value=5, max_value=600, default=30)
+
+    class OutputSerializer(serializers.Serializer):
+        run = RunOutputSerializer()
+        epoch = serializers.IntegerField()
+        expires_at = serializers.DateTimeField()
+        recovered = serializers.BooleanField()
+        journal = StepOutputSerializer(many=True)
+
+    @extend_schema(
+        operation_id="runs_lease",
+        request=InputSerializer,
+        responses={
+            200: OutputSerializer,
+            **_errors("lease_held | needs_review | run_finished | budget_exceeded", also=COMMON),
+        },
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = _validated(self.InputSerializer, request)
+        grant = services.run_lease_acquire(run_id=run_id, **data, actor=actor_of(request))
+        return Response(
+            {
+                "run": run_json(grant.run),
+                "epoch": grant.epoch,
+                "expires_at": grant.expires_at.isoformat(),
+                "recovered": grant.recovered,
+                "journal": [step_json(s) for s in grant.journal],
+            }
+        )
+
+
+class EpochSerializer(serializers.Serializer):
+    epoch = serializers.IntegerField(min_value=0)
+
+
+class RunHeartbeatApi(APIView):
+    class OutputSerializer(serializers.Serializer):
+        expires_at = serializers.DateTimeField(allow_null=True)
+        status = serializers.CharField()
+        epoch = serializers.IntegerField()
+
+    @extend_schema(
+        operation_id="runs_heartbeat",
+        request=EpochSerializer,
+        responses={200: OutputSerializer, **_errors("stale_epoch", also=COMMON)},
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = _validated(EpochSerializer, request)
+        run = services.run_heartbeat(run_id=run_id, epoch=data["epoch"])
+        expires = run.lease_expires_at.isoformat() if run.lease_expires_at else None
+        return Response({"expires_at": expires, "status": run.status, "epoch": run.epoch})
+
+
+class OutcomeFieldsSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["ok", "error"], default="ok")
+    result = AnyJSONField()
+    usage = UsageSerializer(required=False, default=None, allow_null=True)
+
+
+class StepIntentApi(APIView):
+    class InputSerializer(EpochSerializer):
+        index = serializers.IntegerField(min_value=0, max_value=MAX_STEP_INDEX)
+        kind = serializers.ChoiceField(choices=StepKind.choices)
+        name = serializers.CharField(max_length=200)
+        effect = serializers.ChoiceField(choices=Effect.choices)
+        enforced_by = serializers.ChoiceField(
+            choices=EnforcedBy.choices, required=False, allow_null=True, default=None
+        )
+        arguments = JSONObjectField()
+        outcome = OutcomeFieldsSerializer(required=False, allow_null=True, default=None)
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            if attrs["effect"] == Effect.WRITE and attrs.get("outcome") is not None:
+                raise serializers.ValidationError(
+                    {
+                        "outcome": [
+                            "A write step takes two calls: intent before the tool runs, outcome after."
+                        ]
+                    }
+                )
+            if attrs["effect"] == Effect.READ and attrs.get("enforced_by"):
+                raise serializers.ValidationError(
+                    {"enforced_by": ["Only write steps name who enforces them."]}
+                )
+            return attrs
+
+    @extend_schema(
+        operation_id="runs_steps_create",
+        request=InputSerializer,
+        responses={
+            201: StepOutputSerializer,
+            200: StepOutputSerializer,
+            **_errors(
+                "stale_epoch | out_of_order | nondeterministic | budget_exceeded | needs_review | run_finished",
+                also=COMMON,
+            ),
+        },
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = _validated(self.InputSerializer, request)
+        result = services.step_intent_record(run_id=run_id, **data, actor=actor_of(request))
+        body = step_json(result.step)
+        if result.budget_refusal is not None:
+            return _budget_refusal_response(result.budget_refusal, {"step": body})
+        return Response(
+            body, status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+        )
+
+
+class StepOutcomeApi(APIView):
+    class InputSerializer(EpochSerializer, OutcomeFieldsSerializer):
+        pass
+
+    class OutputSerializer(serializers.Serializer):
+        step = StepOutputSerializer()
+        budget = BudgetSerializer()
+
+    @extend_schema(
+        operation_id="runs_steps_outcome",
+        request=InputSerializer,
+        responses={
+            200: OutputSerializer,
+            **_errors("stale_epoch | outcome_conflict | budget_exceeded", also=COMMON),
+        },
+    )
+    def post(self, request: Request, run_id: str, index: int) -> Response:
+        data = _validated(self.InputSerializer, request)
+        result = services.step_outcome_record(
+            run_id=run_id, index=index, **data, actor=actor_of(request)
+        )
+        body = {"step": step_json(result.step), "budget": services.budget_of(result.run)}
+        if result.budget_refusal is not None:
+            return _budget_refusal_response(result.budget_refusal, body)
+        return Response(body)
+
+
+class RunCompleteApi(APIView):
+    class InputSerializer(EpochSerializer):
+        output = AnyJSONField()
+
+    @extend_schema(
+        operation_id="runs_complete",
+        request=InputSerializer,
+        responses={200: RunOutputSerializer, **_errors("stale_epoch", also=COMMON)},
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = _validated(self.InputSerializer, request)
+        run = services.run_complete(run_id=run_id, **data, actor=actor_of(request))
+        return Response(run_json(run))
+
+
+class RunFailApi(APIView):
+    class InputSerializer(EpochSerializer):
+        error = AnyJSONField()
+
+    @extend_schema(
+        operation_id="runs_fail",
+        request=InputSerializer,
+        responses={200: RunOutputSerializer, **_errors("stale_epoch", also=COMMON)},
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = _validated(self.InputSerializer, request)
+        run = services.run_fail(run_id=run_id, **data, actor=actor_of(request))
+        return Response(run_json(run))
+
+
+class RunJournalApi(APIView):
+    class OutputSerializer(serializers.Serializer):
+        steps = StepOutputSerializer(many=True)
+        events = EventOutputSerializer(many=True)
+
+    @extend_schema(
+        operation_id="runs_journal",
+        responses={200: OutputSerializer, **_errors("not_found", http=404, also=(401,))},
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        if not Run.objects.filter(pk=run_id).exists():
+            return error_response("not_found", f"No run {run_id}.", 404)
+        steps = Step.objects.filter(run_id=run_id).order_by("index")
+        events = Event.objects.filter(run_id=run_id).order_by("seq")
+        return Response(
+            {"steps": [step_json(s) for s in steps], "events": [event_json(e) for e in events]}
+        )
+
+
+__all__ = [
+    "RunCompleteApi",
+    "RunCreateApi",
+    "RunDetailApi",
+    "RunFailApi",
+    "RunHeartbeatApi",
+    "RunJournalApi",
+    "RunLeaseApi",
+    "StepIntentApi",
+    "StepOutcomeApi",
+]

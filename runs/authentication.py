@@ -1,0 +1,76 @@
+"""Bearer worker tokens: named, revocable, stored as sha256 (they are 256-bit random, not passwords)."""
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions, permissions
+from rest_framework.request import Request
+
+from runs.models import WorkerToken
+
+TOKEN_PREFIX = "alw_"  # noqa: S105 (a prefix, not a secret)
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class WorkerPrincipal:
+    """Who a worker request acts as; `is_authenticated` lets DRF treat it as a user."""
+
+    token_id: int
+    name: str
+    scope: str
+
+    is_authenticated = True
+    is_worker = True
+
+    def __str__(self) -> str:
+        return f"worker:{self.name}"
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+def generate_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+class WorkerTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[WorkerPrincipal, WorkerToken] | None:
+        header = authentication.get_authorization_header(request).split()
+        if not header:
+            return None
+        if header[0].lower() != self.keyword.lower().encode() or len(header) != 2:
+            raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <worker token>'.")
+        try:
+            raw = header[1].decode("ascii")
+        except UnicodeDecodeError as exc:
+            raise exceptions.AuthenticationFailed("Malformed token.") from exc
+        token = WorkerToken.objects.filter(token_hash=hash_token(raw)).first()
+        if token is None or token.revoked_at is not None:
+            raise exceptions.AuthenticationFailed("Unknown or revoked worker token.")
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+            WorkerToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        return WorkerPrincipal(token_id=token.pk, name=token.name, scope=token.scope), token
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="api"'
+
+
+class IsWorker(permissions.BasePermission):
+    """Only worker tokens reach the worker API and the tool gateway; sessions do not."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.user, WorkerPrincipal)
+
+
+def actor_of(request: Request) -> str:
+    user = request.user
+    return str(user) if user is not None else "anonymous"

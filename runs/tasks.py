@@ -1,0 +1,15 @@
+"""Beat tasks: thin callers of the enforcement services."""
+
+from celery import shared_task
+
+from runs import services
+
+
+@shared_task(name="runs.tasks.reap_expired_leases")
+def reap_expired_leases() -> int:
+    return services.runs_reap_expired_leases()
+
+
+@shared_task(name="runs.tasks.enforce_deadlines")
+def enforce_deadlines() -> int:
+    return services.runs_enforce_deadlines()

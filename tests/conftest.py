@@ -1,0 +1,117 @@
+"""Fixtures shared by every test: worker tokens, an authenticated API client, budget policies."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from runs.models import BudgetPolicy
+from runs.tokens import worker_token_create
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def worker_token(db: Any) -> str:
+    _, raw = worker_token_create(name="test-worker")
+    return raw
+
+
+@pytest.fixture
+def api(worker_token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {worker_token}")
+    client.default_format = "json"
+    return client
+
+
+@pytest.fixture
+def make_policy(db: Any) -> Callable[..., BudgetPolicy]:
+    def make(agent: str, **limits: Any) -> BudgetPolicy:
+        values = {
+            "max_steps": 20,
+            "max_tokens": 100_000,
+            "max_wall_seconds": 3600,
+            "max_cost_usd": None,
+            "max_recoveries": 3,
+            **limits,
+        }
+        return BudgetPolicy.objects.create(name=f"{agent}-policy", agent=agent, **values)
+
+    return make
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_database_url() -> str:
+    """The URL of the test database pytest-django created, for processes the tests start."""
+    settings = connection.settings_dict
+    return f"postgres://{settings['USER'] or 'root'}@{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}/{settings['NAME']}"
+
+
+def wait_for_http(
+    url: str, *, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process for {url} exited with {proc.returncode}")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
+    """A real gunicorn serving the project against the test database; yields its base URL.
+
+    Tests that talk to it must use `transactional_db` so what they write is committed.
+    """
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "LOG_LEVEL": "WARNING"}
+    log = open(ROOT / ".pytest_cache" / f"gunicorn-{port}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "config.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            "2",
+            "--threads",
+            "4",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(f"{url}/api/v1/schema/", proc=proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
