@@ -1,0 +1,81 @@
+"""Template helpers for the dashboard: the waiting-items badge, budget bars, JSON display."""
+
+import json
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+
+from review.selectors import waiting_count
+
+register = template.Library()
+
+
+@register.simple_tag
+def waiting_badge() -> str:
+    """The nav's count of waiting review items; refreshes itself every 15 s and after actions."""
+    count = waiting_count()
+    return format_html(
+        '<span id="nav-waiting" class="count{}" hx-get="/queue/count" '
+        'hx-trigger="every 15s, queue-changed from:body" hx-swap="outerHTML" '
+        'title="Items waiting for review">{}</span>',
+        " hot" if count else "",
+        count,
+    )
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@register.filter
+def json_is_long(value: Any) -> bool:
+    text = json.dumps(value, default=str)
+    return len(text) > 160 or text.count(",") > 6
+
+
+@register.filter
+def short_json(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return text if len(text) <= 120 else text[:117] + "…"
+
+
+@register.filter
+def age(value: datetime | None) -> str:
+    if value is None:
+        return ""
+    seconds = int((timezone.now() - value).total_seconds())
+    return duration_text(max(seconds, 0))
+
+
+def duration_text(seconds: int) -> str:
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+
+
+@register.filter
+def latency(step: Any) -> str:
+    if step.outcome_at is None or step.intent_at is None:
+        return ""
+    delta: timedelta = step.outcome_at - step.intent_at
+    ms = int(delta.total_seconds() * 1000)
+    return f"{ms} ms" if ms < 10_000 else duration_text(ms // 1000)
+
+
+@register.inclusion_tag("review/_bar.html")
+def budget_bar(label: str, used: Any, limit: Any) -> dict[str, Any]:
+    """One budget bar; warn over 80 %, full at 100 %."""
+    if limit in (None, "", 0):
+        return {"label": label, "used": used, "limit": "∞", "pct": 0, "level": "none"}
+    pct = float(Decimal(str(used)) / Decimal(str(limit)) * 100)
+    level = "over" if pct >= 100 else "warn" if pct >= 80 else "ok"
+    return {"label": label, "used": used, "limit": limit, "pct": min(pct, 100), "level": level}
