@@ -174,7 +174,7 @@ COMMON = (400, 401, 404, 413)
 class RunCreateApi(APIView):
     class InputSerializer(serializers.Serializer):
         agent = serializers.RegexField(r"^[A-Za-z0-9_.:\-]+$", max_length=100)
-        input = AnyJSONField()
+        input = AnyJSONField(default=dict)
         external_id = serializers.CharField(
             max_length=200, required=False, allow_null=True, default=None
         )
@@ -190,6 +190,8 @@ class RunCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         data = _validated(self.InputSerializer, request)
+        if data["input"] is None:
+            data["input"] = {}
         run, created = services.run_create(**data, actor=actor_of(request))
         return Response(
             run_json(run), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK

@@ -115,3 +115,24 @@ def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+class FakeClock:
+    """The journal's clock, moved by hand (deadlines, lease expiry) in in-process tests."""
+
+    def __init__(self) -> None:
+        from django.utils import timezone
+
+        self.now = timezone.now()
+
+    def advance(self, **delta: float) -> None:
+        from datetime import timedelta
+
+        self.now += timedelta(**delta)
+
+
+@pytest.fixture
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr("runs.clock.now", lambda: fake.now)
+    return fake
