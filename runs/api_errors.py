@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 from typing import Any
 
 from django.conf import settings
@@ -13,6 +14,8 @@ from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
 MAX_JSON_DEPTH = 64
+# "\ud800" is valid JSON but no UTF-8 text: PostgreSQL and the hash chain cannot store it.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ApplicationError(Exception):
@@ -71,7 +74,7 @@ def _has_nul(value: Any) -> bool:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
+            if "\x00" in item or _LONE_SURROGATE.search(item):
                 return True
         elif isinstance(item, dict):
             stack.extend(item.keys())
@@ -86,8 +89,8 @@ def _has_nul(value: Any) -> bool:
 class StrictJSONParser(BaseParser):
     """JSON that PostgreSQL can store and the hash chain can canonicalise.
 
-    Refuses bodies over the configured size (413), non-UTF-8, NaN/Infinity, NUL characters
-    (jsonb cannot hold them) and nesting deeper than MAX_JSON_DEPTH.
+    Refuses bodies over the configured size (413), non-UTF-8, NaN/Infinity, NUL characters and
+    unpaired surrogates (jsonb cannot hold them) and nesting deeper than MAX_JSON_DEPTH.
     """
 
     media_type = "application/json"
@@ -110,7 +113,9 @@ class StrictJSONParser(BaseParser):
         if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
             raise exceptions.ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
         if _has_nul(data):
-            raise exceptions.ParseError("JSON strings may not contain NUL characters.")
+            raise exceptions.ParseError(
+                "JSON strings may not contain NUL characters or unpaired surrogates (\\ud800-\\udfff)."
+            )
         return data
 
 

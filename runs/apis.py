@@ -2,7 +2,12 @@
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_serializer,
+    inline_serializer,
+)
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -172,6 +177,7 @@ COMMON = (400, 401, 404, 413)
 
 
 class RunCreateApi(APIView):
+    @extend_schema_serializer(component_name="RunCreateInput")
     class InputSerializer(serializers.Serializer):
         agent = serializers.RegexField(r"^[A-Za-z0-9_.:\-]+$", max_length=100)
         input = AnyJSONField(default=dict)
@@ -211,10 +217,12 @@ class RunDetailApi(APIView):
 
 
 class RunLeaseApi(APIView):
+    @extend_schema_serializer(component_name="RunLeaseInput")
     class InputSerializer(serializers.Serializer):
         worker = serializers.CharField(max_length=200)
         ttl_seconds = serializers.IntegerField(min_value=5, max_value=600, default=30)
 
+    @extend_schema_serializer(component_name="RunLeaseOutput")
     class OutputSerializer(serializers.Serializer):
         run = RunOutputSerializer()
         epoch = serializers.IntegerField()
@@ -249,6 +257,7 @@ class EpochSerializer(serializers.Serializer):
 
 
 class RunHeartbeatApi(APIView):
+    @extend_schema_serializer(component_name="RunHeartbeatOutput")
     class OutputSerializer(serializers.Serializer):
         expires_at = serializers.DateTimeField(allow_null=True)
         status = serializers.CharField()
@@ -273,6 +282,7 @@ class OutcomeFieldsSerializer(serializers.Serializer):
 
 
 class StepIntentApi(APIView):
+    @extend_schema_serializer(component_name="StepIntentInput")
     class InputSerializer(EpochSerializer):
         index = serializers.IntegerField(min_value=0, max_value=MAX_STEP_INDEX)
         kind = serializers.ChoiceField(choices=StepKind.choices)
@@ -323,9 +333,11 @@ class StepIntentApi(APIView):
 
 
 class StepOutcomeApi(APIView):
+    @extend_schema_serializer(component_name="StepOutcomeInput")
     class InputSerializer(EpochSerializer, OutcomeFieldsSerializer):
         pass
 
+    @extend_schema_serializer(component_name="StepOutcomeOutput")
     class OutputSerializer(serializers.Serializer):
         step = StepOutputSerializer()
         budget = BudgetSerializer()
@@ -350,6 +362,7 @@ class StepOutcomeApi(APIView):
 
 
 class RunCompleteApi(APIView):
+    @extend_schema_serializer(component_name="RunCompleteInput")
     class InputSerializer(EpochSerializer):
         output = AnyJSONField()
 
@@ -365,6 +378,7 @@ class RunCompleteApi(APIView):
 
 
 class RunFailApi(APIView):
+    @extend_schema_serializer(component_name="RunFailInput")
     class InputSerializer(EpochSerializer):
         error = AnyJSONField()
 
@@ -380,6 +394,7 @@ class RunFailApi(APIView):
 
 
 class RunJournalApi(APIView):
+    @extend_schema_serializer(component_name="RunJournalOutput")
     class OutputSerializer(serializers.Serializer):
         steps = StepOutputSerializer(many=True)
         events = EventOutputSerializer(many=True)

@@ -3,7 +3,7 @@
 from typing import Any
 
 from runs.models import Event, Run, Step
-from runs.services import budget_of
+from runs.services import budget_of, money
 
 
 def _iso(value: Any) -> str | None:
@@ -48,7 +48,7 @@ def step_json(step: Step) -> dict[str, Any]:
         "usage": {
             "input_tokens": step.usage_input_tokens,
             "output_tokens": step.usage_output_tokens,
-            "cost_usd": str(step.usage_cost_usd),
+            "cost_usd": money(step.usage_cost_usd),
         },
         "epoch": step.epoch,
         "intent_at": _iso(step.intent_at),

@@ -93,6 +93,11 @@ def _step_move(step: Step, to: str) -> None:
     step.state = to
 
 
+def money(value: Decimal) -> str:
+    """US dollars as the API shows them: a string with six decimals."""
+    return f"{value:.6f}"
+
+
 # --- budgets --------------------------------------------------------------------------------
 
 
@@ -110,14 +115,14 @@ def budget_of(run: Run) -> dict[str, Any]:
         "limits": {
             "steps": run.limit_steps,
             "tokens": run.limit_tokens,
-            "cost_usd": None if run.limit_cost_usd is None else str(run.limit_cost_usd),
+            "cost_usd": None if run.limit_cost_usd is None else money(run.limit_cost_usd),
             "wall_seconds": run.limit_wall_seconds,
             "recoveries": run.limit_recoveries,
         },
         "used": {
             "steps": run.used_steps,
             "tokens": run.used_tokens,
-            "cost_usd": str(run.used_cost_usd),
+            "cost_usd": money(run.used_cost_usd),
             "recoveries": run.used_recoveries,
         },
         "deadline": run.deadline.isoformat(),
@@ -142,8 +147,8 @@ def _exceeded_limit(run: Run, *, now: datetime, next_step: bool) -> dict[str, An
     ):
         return {
             "limit": "cost_usd",
-            "limit_value": str(run.limit_cost_usd),
-            "used": str(run.used_cost_usd),
+            "limit_value": money(run.limit_cost_usd),
+            "used": money(run.used_cost_usd),
         }
     return None
 
@@ -474,7 +479,7 @@ def _outcome_apply(
             "usage": {
                 "input_tokens": input_tokens,
                 "output_tokens": output_tokens,
-                "cost_usd": str(cost),
+                "cost_usd": money(cost),
             },
         },
         actor=actor,

@@ -8,7 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from runs.models import Event, Run, Step
-from runs.services import runs_enforce_deadlines
+from runs.tasks import enforce_deadlines as deadline_task
 from tests.runs.journal_client import JournalClient
 
 
@@ -91,7 +91,7 @@ def test_the_wall_clock_deadline_refuses_intents_and_the_beat_task_stops_idle_ru
 
     assert refused.json()["error"]["code"] == "budget_exceeded"
     assert refused.json()["error"]["details"]["limit"] == "wall_seconds"
-    assert runs_enforce_deadlines() == 1
+    assert deadline_task() == 1
     idle = Run.objects.get(pk=idle_run_id)
     assert (idle.status, idle.status_reason) == ("budget_exceeded", "wall_seconds")
     assert journal.lease(idle_run_id).json()["error"]["code"] == "budget_exceeded"

@@ -7,7 +7,7 @@ from rest_framework.test import APIClient
 
 from runs.models import Event, Run, Step
 from runs.recovery import KeyState
-from runs.services import runs_reap_expired_leases
+from runs.tasks import reap_expired_leases as reaper_task
 from tests.runs.journal_client import JournalClient
 
 # what the tool side says about each ledger-enforced step's key, by tool name
@@ -65,7 +65,7 @@ def test_each_open_intent_lands_in_its_recovery_state(
     fake_clock.advance(seconds=31)
 
     if by == "reaper":
-        assert runs_reap_expired_leases() == 1
+        assert reaper_task() == 1
     else:
         refused = JournalClient(api).lease(run_id, worker="w-9")
         assert refused.status_code == 409
@@ -92,7 +92,7 @@ def test_without_unknown_steps_the_run_resumes_and_reexecutes_interrupted_steps(
     run_id = run_with_open_intents(api, safe)
     fake_clock.advance(seconds=31)
     if by == "reaper":
-        assert runs_reap_expired_leases() == 1
+        assert reaper_task() == 1
         assert Run.objects.get(pk=run_id).status == "interrupted"
 
     lease = JournalClient(api).lease(run_id, worker="w-9")
@@ -117,7 +117,7 @@ def test_the_reaper_fences_the_lost_worker_at_once(api: APIClient, fake_clock: A
     epoch = journal.lease(run_id).json()["epoch"]
     fake_clock.advance(seconds=31)
 
-    runs_reap_expired_leases()
+    reaper_task()
 
     late = journal.read(run_id, epoch, 0)
     assert late.json()["error"]["code"] == "stale_epoch"
@@ -129,5 +129,5 @@ def test_the_reaper_leaves_live_leases_alone(api: APIClient, fake_clock: Any) ->
     run_id = journal.create()["id"]
     journal.lease(run_id, ttl=60)
     fake_clock.advance(seconds=59)
-    assert runs_reap_expired_leases() == 0
+    assert reaper_task() == 0
     assert Run.objects.get(pk=run_id).status == "running"
