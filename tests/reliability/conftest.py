@@ -1,0 +1,178 @@
+"""Reliability suite: chaos, faults and abuse, with nothing lost.
+
+Every test under tests/reliability is marked `reliability` (so `pytest -m reliability` runs it
+alone and `-m "not reliability"` skips it). In the normal test command it runs at a bounded
+scale (a few minutes in total on a 2-core machine).
+
+Soak mode, for a longer run by hand, scales every knob up (more schemathesis examples, more
+concurrent requests, more chaos rounds and kills, longer database outages):
+
+    RELIABILITY_SOAK=1 .venv/bin/python -m pytest tests/reliability -s
+    .venv/bin/python -m pytest tests/reliability --soak -s
+
+(`--soak` is only known when tests/reliability is named on the command line; the environment
+variable works from anywhere.) `-s` shows the counts the chaos and fault tests print.
+
+Isolation: this suite's servers and brokers listen on TCP ports 8700-8799 only, use Redis DB 7
+only, and expect `TEST_DATABASE_NAME` (test_al_rel) so pytest-django gives it its own database.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import test_database_url, wait_for_http
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+PORT_RANGE = range(8700, 8800)
+REDIS_DB = 7
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak", action="store_true", default=False, help="reliability suite: long soak mode"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.reliability)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How hard the suite pushes; soak mode multiplies everything."""
+
+    soak: bool
+    schemathesis_examples: int
+    concurrent_intents: int
+    db_fault_workers: int
+    db_fault_steps: int
+    db_fault_kills: int
+    outage_seconds: float
+    chaos_runs: int
+    chaos_kills: int
+
+
+@pytest.fixture(scope="session")
+def scale(request: pytest.FixtureRequest) -> Scale:
+    soak = bool(os.environ.get("RELIABILITY_SOAK")) or bool(
+        request.config.getoption("--soak", default=False)
+    )
+    if soak:
+        return Scale(
+            soak=True,
+            schemathesis_examples=300,
+            concurrent_intents=200,
+            db_fault_workers=8,
+            db_fault_steps=60,
+            db_fault_kills=60,
+            outage_seconds=10.0,
+            chaos_runs=60,
+            chaos_kills=200,
+        )
+    return Scale(
+        soak=False,
+        schemathesis_examples=25,
+        concurrent_intents=50,
+        db_fault_workers=4,
+        db_fault_steps=15,
+        db_fault_kills=12,
+        outage_seconds=2.0,
+        chaos_runs=20,
+        chaos_kills=30,
+    )
+
+
+def port_in_range() -> int:
+    """A free port of this suite's range (8700-8799), never one somebody else may be using."""
+    for port in PORT_RANGE:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 8700-8799")
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def gunicorn(*, env: dict[str, str] | None = None, workers: int = 2) -> Iterator[str]:
+    """A real gunicorn on the test database, on a port of this suite's range; yields its URL."""
+    port = port_in_range()
+    full_env = {
+        **os.environ,
+        "DATABASE_URL": test_database_url(),
+        "LOG_LEVEL": "WARNING",
+        **(env or {}),
+    }
+    log_dir = ROOT / ".pytest_cache"
+    log_dir.mkdir(exist_ok=True)
+    with open(log_dir / f"reliability-gunicorn-{port}.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "config.wsgi",
+                "-b",
+                f"127.0.0.1:{port}",
+                "-w",
+                str(workers),
+                "--threads",
+                "8",
+                "--timeout",
+                "60",
+            ],
+            cwd=ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_for_http(f"{url}/api/v1/schema/", proc=proc)
+            yield url
+        finally:
+            stop(proc)
+
+
+@pytest.fixture(scope="session")
+def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
+    """This suite's own gunicorn (ports 8700-8799) on the test database; yields its base URL.
+
+    Overrides tests/conftest.py's fixture of the same name so every server of this suite stays in
+    its assigned port range. Tests that use it need `transactional_db`.
+    """
+    with gunicorn() as url:
+        yield url
+
+
+@pytest.fixture
+def raw_token(transactional_db: Any) -> str:
+    """A worker token committed to the database, so a live server sees it."""
+    from runs.tokens import worker_token_create
+
+    _, raw = worker_token_create(name="reliability")
+    return raw
