@@ -1,0 +1,179 @@
+"""python -m bench [all|step|throughput|recovery|gateway|dashboard|scaling ...] [--quick|--smoke]
+
+Starts the real stack itself (gunicorn against the bench database, PostgreSQL with its default
+durability), measures, and writes bench/RESULTS.md with results.json beside it. Every process
+it starts is stopped in a finally block, by process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from bench import stack
+from bench.common import BENCH, BENCH_DB, BENCH_VENV_PY, ROOT, Figure, machine_description
+from bench.context import TIERS, Ctx
+from bench.results import Results
+
+PARTS = ["step", "throughput", "recovery", "gateway", "dashboard", "scaling"]
+BENCH_VENV_PACKAGES = [
+    "dbos",
+    "langgraph",
+    "langgraph-checkpoint-postgres",
+    "psycopg[binary,pool]",
+    "py-spy",
+    "pyinstrument",
+    "psutil",
+    "httpx",
+]
+
+
+def ensure_bench_venv(log: bool = True) -> None:
+    """bench/.venv holds the baselines and profilers: never project dependencies."""
+    if BENCH_VENV_PY.exists():
+        return
+    if log:
+        print("[bench] creating bench/.venv (DBOS, LangGraph, profilers: bench only)", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(BENCH / ".venv")], check=True)
+    subprocess.run(
+        [str(BENCH_VENV_PY), "-m", "pip", "install", "--quiet", *BENCH_VENV_PACKAGES], check=True
+    )
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    out = {}
+    for name in ("django", "djangorestframework", "gunicorn", "psycopg", "httpx"):
+        try:
+            out[name] = version(name)
+        except Exception:
+            out[name] = "?"
+    with stack.admin_connect() as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+        out["postgresql"] = row[0] if row else "?"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("parts", nargs="*", default=["all"], help=f"all or any of {PARTS}")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true", help="the < 3 minute tier")
+    group.add_argument("--smoke", action="store_true", help="the < 1 minute tier (test suite)")
+    parser.add_argument(
+        "--out",
+        default=str(BENCH / "RESULTS.md"),
+        help="where RESULTS.md goes (results.json is written beside it)",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+    parser.add_argument("--threads", type=int, default=4, help="gunicorn threads per worker")
+    args = parser.parse_args(argv)
+    parts = PARTS if "all" in args.parts else args.parts
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        parser.error(f"unknown part(s) {unknown}; choose from {PARTS}")
+    tier = "smoke" if args.smoke else "quick" if args.quick else "full"
+    os.environ.setdefault("SECRET_KEY", "bench-only-secret")
+    results = Results(quick=tier != "full", tier=tier)
+    results.extra["machine"] = machine_description()
+    results.extra["gunicorn"] = {"workers": args.workers, "threads": args.threads}
+    results.extra["argv"] = ["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])]
+    ctx = Ctx(tier=tier, results=results)
+    started = time.monotonic()
+    out = Path(args.out)
+    try:
+        ensure_bench_venv()
+        ctx.log(f"tier {tier}; bench database {BENCH_DB}; parts {parts}")
+        stack.migrate_bench_db()
+        stack.reset_journal_tables()
+        results.versions.update(_versions())
+        ctx.token = stack.worker_token()
+        _baseline_commit(ctx)
+        for part in parts:
+            t0 = time.monotonic()
+            results.current_part = part
+            try:
+                _run_part(ctx, part, args.workers, args.threads)
+                results.parts_run.append(part)
+            except PartSkipped as skip:
+                results.parts_skipped[part] = str(skip)
+                ctx.log(f"{part}: skipped: {skip}")
+            except Exception as exc:
+                results.parts_skipped[part] = f"failed: {exc!r}"
+                traceback.print_exc()
+            ctx.log(f"{part}: {time.monotonic() - t0:.0f} s")
+    finally:
+        stack.stop_all()
+        results.extra["elapsed_seconds"] = round(time.monotonic() - started, 1)
+        from bench.report import write_report
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        results.write_json(
+            out.with_name("results.json" if out.name == "RESULTS.md" else out.stem + ".json")
+        )
+        write_report(results, out)
+        ctx.log(f"wrote {out} in {results.extra['elapsed_seconds']} s")
+    failed = [p for p, why in results.parts_skipped.items() if why.startswith("failed")]
+    return 1 if failed else 0
+
+
+class PartSkipped(Exception):
+    """A part whose subject has not landed in the tree yet."""
+
+
+def _baseline_commit(ctx: Ctx) -> None:
+    """The invocation's unit: one fsync'd INSERT + COMMIT, measured first."""
+    ctx.log("baseline: raw fsync'd INSERT")
+    data = ctx.baseline("raw_insert", "--size", "100", "--runs", "2", "--reps", "3")
+    fig = ctx.results.add(Figure("fsync'd INSERT + COMMIT (unit)", "ms"))
+    for rep in data["reps"]:
+        fig.add_rep(rep)
+    ctx.results.extra["postgres_settings"] = data.get("settings", {})
+
+
+def _run_part(ctx: Ctx, part: str, workers: int, threads: int) -> None:
+    if part == "step":
+        from bench import part_step
+
+        with stack.gunicorn(workers=workers, threads=threads) as (url, _):
+            part_step.run(ctx, url)
+    elif part == "throughput":
+        from bench import part_throughput
+
+        part_throughput.run(ctx, workers, threads)
+    elif part == "recovery":
+        from bench import part_recovery
+
+        with stack.gunicorn(workers=workers, threads=threads) as (url, _):
+            part_recovery.run(ctx, url)
+    elif part == "gateway":
+        if not (ROOT / "tools" / "registry.py").exists() and not _has_tools_urls():
+            raise PartSkipped("the tool gateway (tools/) has not landed")
+        from bench import part_gateway
+
+        with stack.gunicorn(workers=workers, threads=threads) as (url, _):
+            part_gateway.run(ctx, url)
+    elif part == "dashboard":
+        from bench import part_dashboard
+
+        part_dashboard.run(ctx, workers, threads)
+    elif part == "scaling":
+        from bench import part_scaling
+
+        part_scaling.run(ctx, workers, threads)
+    _ = TIERS
+
+
+def _has_tools_urls() -> bool:
+    text = (ROOT / "tools" / "urls.py").read_text()
+    return "invoke" in text
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

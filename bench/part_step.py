@@ -1,0 +1,227 @@
+"""Part 1: per-step overhead through real HTTP, the baselines beside it, and SQL per call."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench import stack
+from bench.client import JournalDriver
+from bench.common import BENCH_DB, PG_HOST, PG_PORT, Figure, payload_of
+from bench.context import Ctx
+from bench.pgcount import CountingProxy
+
+STEPS = 20
+SIZES = {"100B": 100, "10KB": 10_000}
+
+
+def _ledger_steps(
+    driver: JournalDriver, size: int, runs: int, reps: int
+) -> dict[str, list[list[float]]]:
+    """20-step runs of write steps and of read steps; per-call times in ms."""
+    result = payload_of(size)
+    out: dict[str, list[list[float]]] = {
+        k: [] for k in ("write", "intent", "outcome", "read", "write_run", "read_run")
+    }
+    for _ in range(reps):
+        rep: dict[str, list[float]] = {k: [] for k in out}
+        for _ in range(runs):
+            run_id = driver.create()
+            epoch = driver.lease(run_id)["epoch"]
+            t_run = time.perf_counter()
+            for i in range(STEPS):
+                t0 = time.perf_counter()
+                driver.write_intent(run_id, epoch, i, {"i": i, "q": "ticket 4711"})
+                t1 = time.perf_counter()
+                driver.outcome(run_id, epoch, i, result)
+                t2 = time.perf_counter()
+                rep["intent"].append((t1 - t0) * 1000)
+                rep["outcome"].append((t2 - t1) * 1000)
+                rep["write"].append((t2 - t0) * 1000)
+            rep["write_run"].append((time.perf_counter() - t_run) * 1000 / STEPS)
+            driver.complete(run_id, epoch)
+        for _ in range(runs):
+            run_id = driver.create()
+            epoch = driver.lease(run_id)["epoch"]
+            t_run = time.perf_counter()
+            for i in range(STEPS):
+                t0 = time.perf_counter()
+                driver.read_step(run_id, epoch, i, {"i": i, "q": "ticket 4711"}, result)
+                rep["read"].append((time.perf_counter() - t0) * 1000)
+            rep["read_run"].append((time.perf_counter() - t_run) * 1000 / STEPS)
+            driver.complete(run_id, epoch)
+        for key, values in rep.items():
+            out[key].append(values)
+    return out
+
+
+def run(ctx: Ctx, base_url: str) -> None:
+    res = ctx.results
+    size = ctx.size
+    reps, runs = size["reps"], size["step_runs"]
+    driver = JournalDriver(base_url, ctx.token)
+    try:
+        # warm the workers' connections and code paths
+        _ledger_steps(driver, 100, 1, 1)
+        for label, nbytes in SIZES.items():
+            ctx.log(f"per-step: ledger over HTTP, {label}")
+            measured = _ledger_steps(driver, nbytes, runs, reps)
+            figs = {
+                "write": ("write step (intent + outcome)", "<= 4 ms p50", 4.0),
+                "intent": ("write intent call", "", None),
+                "outcome": ("write outcome call", "", None),
+                "read": ("read step (one call)", "<= 2 ms p50", 2.0),
+                "write_run": ("20 write steps, whole run / 20", "", None),
+                "read_run": ("20 read steps, whole run / 20", "", None),
+            }
+            for key, (title, target, value) in figs.items():
+                fig = res.add(
+                    Figure(
+                        f"ledger {title} {label}",
+                        "ms",
+                        target=target,
+                        target_value=value,
+                        baseline=f"raw fsync'd INSERT {label}",
+                    )
+                )
+                for rep in measured[key]:
+                    fig.add_rep(rep)
+    finally:
+        driver.close()
+
+    for label, nbytes in SIZES.items():
+        for which, title in (
+            ("raw_insert", "raw fsync'd INSERT"),
+            ("plain", "no ledger (plain function call)"),
+            ("dbos", "DBOS step"),
+            ("langgraph", "LangGraph node (durability=sync)"),
+        ):
+            ctx.log(f"baseline: {which} {label}")
+            try:
+                data = ctx.baseline(
+                    which,
+                    "--size",
+                    str(nbytes),
+                    "--runs",
+                    str(size["baseline_runs"]),
+                    "--reps",
+                    str(reps),
+                )
+            except Exception as exc:
+                res.note("step", f"- baseline `{which}` {label} could not run: {exc}")
+                continue
+            fig = res.add(
+                Figure(
+                    f"{title} {label}",
+                    "ms",
+                    baseline="" if which == "raw_insert" else f"raw fsync'd INSERT {label}",
+                )
+            )
+            for rep in data["reps"]:
+                fig.add_rep(rep)
+            res.versions.update(data.get("versions", {}))
+            if "workflow_ms" in data:
+                whole = res.add(
+                    Figure(
+                        f"{title.split(' ')[0]} whole 20-step workflow / 20 {label}",
+                        "ms",
+                        baseline=f"raw fsync'd INSERT {label}",
+                    )
+                )
+                per = [w / STEPS for w in data["workflow_ms"]]
+                chunk = max(1, len(per) // reps)
+                for i in range(reps):
+                    whole.add_rep(per[i * chunk : (i + 1) * chunk])
+            if which == "raw_insert":
+                res.extra["postgres_settings"] = data.get("settings", {})
+    # the ledger figures are also compared with the libraries, by name in the report
+    _sql_counts(ctx)
+
+
+def _sql_counts(ctx: Ctx) -> None:
+    """Statements and round trips of each worker call, counted on the wire by a proxy."""
+    ctx.log("per-step: counting SQL statements and round trips per call")
+    proxy = CountingProxy(stack.free_port(), (PG_HOST, PG_PORT))
+    env = stack.project_env(
+        DATABASE_URL=f"postgres://root@127.0.0.1:{proxy.port}/{BENCH_DB}?sslmode=disable&gssencmode=disable"
+    )
+    calls: dict[str, list[tuple[int, int]]] = {}
+    texts: dict[str, list[str]] = {}
+    try:
+        with stack.gunicorn(workers=1, threads=1, env=env) as (url, _proc):
+            driver = JournalDriver(url, ctx.token)
+            try:
+
+                def count(name: str, fn: Any) -> Any:
+                    before = proxy.snapshot()
+                    value = fn()
+                    after = proxy.snapshot()
+                    calls.setdefault(name, []).append(
+                        (
+                            after.statements - before.statements,
+                            after.round_trips - before.round_trips,
+                        )
+                    )
+                    texts[name] = after.texts[len(before.texts) :]
+                    return value
+
+                payload = payload_of(100)
+                for _ in range(3):
+                    run_id = count("POST runs/ (create)", driver.create)
+                    epoch = count("POST lease (first)", lambda r=run_id: driver.lease(r))["epoch"]
+                    for i in range(0, 6, 2):
+                        count(
+                            "POST steps/ (write intent)",
+                            lambda r=run_id, e=epoch, i=i: driver.write_intent(r, e, i, {"i": i}),
+                        )
+                        count(
+                            "POST steps/{i}/outcome",
+                            lambda r=run_id, e=epoch, i=i: driver.outcome(r, e, i, payload),
+                        )
+                        count(
+                            "POST steps/ (read, one call)",
+                            lambda r=run_id, e=epoch, i=i: driver.read_step(
+                                r, e, i + 1, {"i": i}, payload
+                            ),
+                        )
+                    count(
+                        "POST steps/ (replayed intent)",
+                        lambda r=run_id, e=epoch: driver.write_intent(r, e, 0, {"i": 0}),
+                    )
+                    count("GET journal", lambda r=run_id: driver.journal(r))
+                    count(
+                        "POST lease (re-lease, 6 steps)",
+                        lambda r=run_id: driver.lease(r, worker="other"),
+                    )
+            finally:
+                driver.close()
+    finally:
+        proxy.close()
+    rows = [
+        "| worker call | SQL statements | round trips |",
+        "|---|---:|---:|",
+    ]
+    summary = {}
+    for name, values in calls.items():
+        # the steady state: the last observation (the first may include connection set-up)
+        stmts, trips = values[-1]
+        summary[name] = {"statements": stmts, "round_trips": trips, "all": values}
+        rows.append(f"| {name} | {stmts} | {trips} |")
+    ctx.results.extra["sql_per_call"] = summary
+    ctx.results.extra["sql_texts"] = texts
+    ctx.results.note(
+        "sql",
+        "Counted on the wire by a proxy between gunicorn (1 worker, 1 thread) and PostgreSQL "
+        "(`bench/pgcount.py`): a round trip is a simple Query or an extended-protocol Sync; "
+        "BEGIN, COMMIT and connection health checks are included. Steady state (the third run "
+        "of each call).\n\n" + "\n".join(rows),
+    )
+    for name in ("POST steps/ (write intent)", "POST steps/ (read, one call)"):
+        if name in texts:
+            lines = "\n".join(f"{n + 1}. `{_short(t)}`" for n, t in enumerate(texts[name]))
+            ctx.results.note("sql", f"Statements of `{name}`:\n\n{lines}")
+
+
+def _short(sql: str, limit: int = 160) -> str:
+    sql = " ".join(sql.split())
+    return sql if len(sql) <= limit else sql[: limit - 1] + "…"

@@ -1,0 +1,209 @@
+"""The real stack for a bench run: the bench database, gunicorn, a worker token.
+
+Every process started here runs in its own session (process group) and is registered, so
+`stop_all()` (called from a finally block in `bench.__main__`) leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import psycopg
+
+from bench.common import BENCH_DB, PG_HOST, PG_PORT, PG_USER, PORT_RANGE, ROOT, WORK, pg_url
+
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+def admin_connect(db: str = "postgres") -> psycopg.Connection[Any]:
+    return psycopg.connect(
+        host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=db, autocommit=True, connect_timeout=10
+    )
+
+
+def ensure_database(name: str) -> None:
+    with admin_connect() as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def drop_database(name: str) -> None:
+    with admin_connect() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def project_env(**extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": pg_url(BENCH_DB),
+        "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only-secret"),
+        "DEBUG": "0",
+        "LOG_LEVEL": "ERROR",
+        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/6",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.pop("TEST_DATABASE_NAME", None)
+    env.update(extra)
+    return env
+
+
+def manage(*args: str, check: bool = True) -> str:
+    proc = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=project_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def migrate_bench_db() -> None:
+    ensure_database(BENCH_DB)
+    manage("migrate", "--noinput")
+
+
+def reset_journal_tables() -> None:
+    """Empty the journal and tool tables (TRUNCATE bypasses the append-only trigger on events)."""
+    with admin_connect(BENCH_DB) as conn:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND ("
+                " tablename LIKE 'runs\\_%' OR tablename LIKE 'tools\\_%' OR tablename LIKE 'audit\\_%'"
+                " OR tablename LIKE 'review\\_%' OR tablename LIKE 'agents\\_%')"
+                " AND tablename NOT IN ('runs_budgetpolicy', 'runs_workertoken')"
+            )
+        ]
+        if tables:
+            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " CASCADE")
+        conn.execute("VACUUM ANALYZE")
+
+
+def worker_token() -> str:
+    out = manage("create_worker_token", f"bench-{os.getpid()}")
+    return out.strip().splitlines()[-1].strip()
+
+
+def free_port() -> int:
+    for port in range(PORT_RANGE[0], PORT_RANGE[1] + 1):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {PORT_RANGE}")
+
+
+def spawn(args: list[str], *, log_name: str, env: dict[str, str] | None = None) -> Any:
+    """Start a process in its own process group, logging to bench/.work/<log_name>.log."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    log: IO[bytes] = open(WORK / f"{log_name}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        args,
+        cwd=ROOT,
+        env=env or project_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    proc.log = log  # type: ignore[attr-defined]
+    _STARTED.append(proc)
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    if proc.poll() is None:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=timeout)
+    else:
+        # the leader is gone; children of its group may not be
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = getattr(proc, "log", None)
+    if log is not None:
+        log.close()
+    if proc in _STARTED:
+        _STARTED.remove(proc)
+
+
+def stop_all() -> None:
+    for proc in list(reversed(_STARTED)):
+        stop(proc)
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server for {url} exited with {proc.returncode}")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+def gunicorn_args(port: int, workers: int, threads: int) -> list[str]:
+    args = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "config.wsgi",
+        "-b",
+        f"127.0.0.1:{port}",
+        "-w",
+        str(workers),
+        "--access-logfile",
+        "-" if os.environ.get("BENCH_ACCESS_LOG") else "/dev/null",
+        "--log-level",
+        "warning",
+    ]
+    if threads > 1:
+        args += ["--threads", str(threads), "--worker-class", "gthread"]
+    return args
+
+
+@contextmanager
+def gunicorn(
+    *, workers: int = 2, threads: int = 4, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """gunicorn serving config.wsgi against the bench database; yields (base URL, process)."""
+    port = free_port()
+    proc = spawn(
+        gunicorn_args(port, workers, threads), log_name=f"gunicorn-{port}", env=env or project_env()
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/api/v1/schema/", proc)
+        yield url, proc
+    finally:
+        stop(proc)
+
+
+def gunicorn_command(workers: int, threads: int) -> str:
+    return " ".join(gunicorn_args(8600, workers, threads)[1:]).replace(
+        str(Path(sys.executable)), "python"
+    )
