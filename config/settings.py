@@ -48,7 +48,6 @@ INSTALLED_APPS = [
     "tools",
     "review",
     "agents",
-    "audit",
 ]
 
 MIDDLEWARE = [
@@ -172,43 +171,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.tasks.enforce_deadlines",
         "schedule": timedelta(seconds=LEDGER_REAPER_INTERVAL_SECONDS),
     },
-    "prune-idempotency-keys": {
-        "task": "tools.tasks.prune_idempotency_keys",
-        "schedule": timedelta(hours=1),
-    },
 }
-# Tool side: an in_progress key whose lock is older than this is stale ("maybe executed").
-TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS = env_int("TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS", 60)
-# Finished keys are kept at least this long (never less than 72 h), then pruned hourly.
-TOOLS_IDEMPOTENCY_RETENTION_HOURS = env_int("TOOLS_IDEMPOTENCY_RETENTION_HOURS", 72)
-# Extra modules that register tools at start-up (your own tools; test-only tools in tests).
-TOOLS_EXTRA_MODULES = [
-    m.strip() for m in os.environ.get("TOOLS_EXTRA_MODULES", "").split(",") if m.strip()
-]
-
-# Audit (issue 6): the Ed25519 key signing checkpoints and exports (base64 or PEM; with DEBUG and
-# no key, one is generated into AUDIT_SIGNING_KEY_FILE), export files and their lifetime.
-AUDIT_SIGNING_KEY = os.environ.get("AUDIT_SIGNING_KEY", "")
-AUDIT_SIGNING_KEY_FILE = os.environ.get(
-    "AUDIT_SIGNING_KEY_FILE", str(BASE_DIR / ".demo" / "audit-signing-key")
-)
-AUDIT_EXPORT_DIR = os.environ.get("AUDIT_EXPORT_DIR", str(BASE_DIR / "exports"))
-AUDIT_EXPORT_TTL_HOURS = env_int("AUDIT_EXPORT_TTL_HOURS", 24)
-AUDIT_EXPORT_SYNC_MAX_RUNS = env_int("AUDIT_EXPORT_SYNC_MAX_RUNS", 2000)
-AUDIT_CHECKPOINT_INTERVAL_SECONDS = env_int("AUDIT_CHECKPOINT_INTERVAL_SECONDS", 3600)
-CELERY_BEAT_SCHEDULE.update(
-    {
-        "audit-checkpoint": {
-            "task": "audit.tasks.checkpoint_write",
-            "schedule": timedelta(seconds=AUDIT_CHECKPOINT_INTERVAL_SECONDS),
-        },
-        "audit-expire-exports": {
-            "task": "audit.tasks.exports_expire",
-            "schedule": timedelta(minutes=15),
-        },
-        "audit-retention": {"task": "audit.tasks.retention_purge", "schedule": timedelta(hours=24)},
-    }
-)
 
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "127.0.0.1")
