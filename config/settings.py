@@ -171,7 +171,19 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.tasks.enforce_deadlines",
         "schedule": timedelta(seconds=LEDGER_REAPER_INTERVAL_SECONDS),
     },
+    "prune-idempotency-keys": {
+        "task": "tools.tasks.prune_idempotency_keys",
+        "schedule": timedelta(hours=1),
+    },
 }
+# Tool side: an in_progress key whose lock is older than this is stale ("maybe executed").
+TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS = env_int("TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS", 60)
+# Finished keys are kept at least this long (never less than 72 h), then pruned hourly.
+TOOLS_IDEMPOTENCY_RETENTION_HOURS = env_int("TOOLS_IDEMPOTENCY_RETENTION_HOURS", 72)
+# Extra modules that register tools at start-up (your own tools; test-only tools in tests).
+TOOLS_EXTRA_MODULES = [
+    m.strip() for m in os.environ.get("TOOLS_EXTRA_MODULES", "").split(",") if m.strip()
+]
 
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "127.0.0.1")

@@ -1,3 +1,11 @@
-from django.urls import URLPattern
+from django.urls import path
 
-urlpatterns: list[URLPattern] = []
+from tools import apis
+
+urlpatterns = [
+    path("tools/", apis.ToolListApi.as_view(), name="tools-list"),
+    path("tools/<str:name>/invoke", apis.ToolInvokeApi.as_view(), name="tools-invoke"),
+    path(
+        "idempotency/<path:key>", apis.IdempotencyKeyDetailApi.as_view(), name="idempotency-detail"
+    ),
+]

@@ -1,0 +1,131 @@
+"""The tool side's tables: idempotency keys, and the support desk the built-in tools act on.
+
+Every business row carries the idempotency key that made it under a unique constraint, so even a
+bug in the key layer cannot produce a second ticket, comment or email for one key.
+"""
+
+from django.db import models
+from django.db.models import Q
+
+KEY_MAX_LENGTH = 400  # a journal key is {run uuid}:{index}:{tool name ≤ 200}:{32 hex}
+
+
+class KeyStatus(models.TextChoices):
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class IdempotencyKey(models.Model):
+    """One tool execution per key: reserved (in_progress) before it runs, its response after.
+
+    `attempt` is the lock's fencing token: a takeover (a supervisor said "retry") increments it,
+    and completion is a guarded update on it, so a zombie execution cannot overwrite the record.
+    """
+
+    key = models.CharField(max_length=KEY_MAX_LENGTH, unique=True)
+    tool = models.CharField(max_length=200)
+    request_hash = models.CharField(max_length=64)
+    state = models.CharField(max_length=20, choices=KeyStatus.choices)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response = models.JSONField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    actor = models.CharField(max_length=200, blank=True, default="")
+    locked_at = models.DateTimeField()
+    created_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=KeyStatus.values), name="idempotency_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(state=KeyStatus.IN_PROGRESS)
+                | Q(completed_at__isnull=False, status_code__isnull=False),
+                name="idempotency_finished_has_response",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["completed_at"],
+                condition=~Q(state=KeyStatus.IN_PROGRESS),
+                name="idempotency_prunable_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.state})"
+
+
+class TicketStatus(models.TextChoices):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class Ticket(models.Model):
+    customer = models.EmailField()
+    subject = models.CharField(max_length=200)
+    body = models.TextField()
+    status = models.CharField(
+        max_length=10, choices=TicketStatus.choices, default=TicketStatus.OPEN
+    )
+    resolution = models.TextField(blank=True, default="")
+    created_by_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
+    closed_by_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["created_by_key"], name="ticket_created_by_key_unique"),
+            models.UniqueConstraint(fields=["closed_by_key"], name="ticket_closed_by_key_unique"),
+            models.CheckConstraint(
+                condition=Q(status__in=TicketStatus.values), name="ticket_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status=TicketStatus.OPEN, closed_at__isnull=True)
+                | Q(status=TicketStatus.CLOSED, closed_at__isnull=False),
+                name="ticket_closed_has_closed_at",
+            ),
+        ]
+        indexes = [models.Index(fields=["customer", "status"], name="ticket_customer_status_idx")]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.subject}"
+
+
+class TicketComment(models.Model):
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="comments")
+    body = models.TextField()
+    idempotency_key = models.CharField(max_length=KEY_MAX_LENGTH, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"comment {self.pk} on #{self.ticket_id}"
+
+
+class OutboundEmail(models.Model):
+    """An email handed to the mail backend; written in the transaction that completes its key."""
+
+    to = models.EmailField()
+    subject = models.CharField(max_length=300)
+    body = models.TextField()
+    ticket = models.ForeignKey(Ticket, null=True, blank=True, on_delete=models.SET_NULL)
+    message_id = models.CharField(max_length=200, unique=True)
+    idempotency_key = models.CharField(max_length=KEY_MAX_LENGTH, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.message_id} to {self.to}"
+
+
+class KnowledgeArticle(models.Model):
+    slug = models.SlugField(max_length=100, unique=True)
+    title = models.CharField(max_length=200)
+    body = models.TextField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.title

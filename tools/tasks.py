@@ -1,0 +1,10 @@
+"""Beat task: a thin caller of the retention service."""
+
+from celery import shared_task
+
+from tools.idempotency import idempotency_keys_prune
+
+
+@shared_task(name="tools.tasks.prune_idempotency_keys")
+def prune_idempotency_keys() -> int:
+    return idempotency_keys_prune()
