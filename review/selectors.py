@@ -1,9 +1,14 @@
 """Reads for the dashboard pages: bounded, index-friendly queries (see the partial indexes in runs)."""
 
-from django.db.models import Exists, OuterRef, QuerySet
+import uuid
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 
 from runs.constants import RunStatus, StepState
-from runs.models import Run, Step
+from runs.models import Event, Run, Step
 
 
 def review_runs_without_unknown() -> QuerySet[Run]:
@@ -16,3 +21,199 @@ def waiting_count() -> int:
     return (
         Step.objects.filter(state=StepState.UNKNOWN).count() + review_runs_without_unknown().count()
     )
+
+
+# --- runs list ----------------------------------------------------------------------------------
+
+PAGE_SIZE = 25
+
+
+@dataclass
+class RunFilters:
+    status: str = ""
+    agent: str = ""
+    date_from: date | None = None
+    date_to: date | None = None
+    has_unknown: bool = False
+    over_80: bool = False
+    q: str = ""
+
+
+def _over_80() -> Q:
+    """Any budget at 80 % or more, in integer arithmetic so no row is cast."""
+    return (
+        Q(used_steps__gte=F("limit_steps") * 4 / 5)
+        | Q(used_tokens__gte=F("limit_tokens") * 4 / 5)
+        | Q(limit_cost_usd__isnull=False, used_cost_usd__gte=F("limit_cost_usd") * 0.8)
+        | Q(limit_recoveries__gt=0, used_recoveries__gte=F("limit_recoveries") * 4 / 5)
+    )
+
+
+def runs_filtered(filters: RunFilters) -> QuerySet[Run]:
+    """The runs list query: every filter maps onto one of the runs indexes, newest first."""
+    qs = Run.objects.all()
+    if filters.q:
+        q = filters.q.strip()
+        try:
+            qs = qs.filter(Q(pk=uuid.UUID(q)) | Q(external_id=q))
+        except ValueError:
+            qs = qs.filter(external_id=q)
+    if filters.status:
+        qs = qs.filter(status=filters.status)
+    if filters.agent:
+        qs = qs.filter(agent=filters.agent)
+    if filters.date_from:
+        qs = qs.filter(created_at__gte=datetime.combine(filters.date_from, time.min, tzinfo=UTC))
+    if filters.date_to:
+        qs = qs.filter(
+            created_at__lt=datetime.combine(
+                filters.date_to + timedelta(days=1), time.min, tzinfo=UTC
+            )
+        )
+    if filters.has_unknown:
+        # step_unknown_idx: the few unknown steps name their runs
+        qs = qs.filter(pk__in=Step.objects.filter(state=StepState.UNKNOWN).values("run_id"))
+    if filters.over_80:
+        qs = qs.filter(_over_80())
+    return qs.order_by("-created_at", "-pk")
+
+
+def runs_page(filters: RunFilters, *, page: int) -> tuple[list[Run], bool]:
+    """One page without COUNT(*): fetch one row more than shown to know if there is a next."""
+    offset = (max(page, 1) - 1) * PAGE_SIZE
+    rows = list(runs_filtered(filters)[offset : offset + PAGE_SIZE + 1])
+    return rows[:PAGE_SIZE], len(rows) > PAGE_SIZE
+
+
+def run_status_counts(filters: RunFilters) -> dict[str, int]:
+    """Counts per status for the current filters (status itself ignored), one GROUP BY."""
+    base = replace(filters, status="")
+    counts = {s: 0 for s in RunStatus.values}
+    qs = runs_filtered(base).order_by().values("status").annotate(n=Count("pk"))
+    for row in qs:
+        counts[row["status"]] = row["n"]
+    return counts
+
+
+def run_agents() -> list[str]:
+    """Agents with a policy or a recent run, for the filter's choices (bounded, indexed)."""
+    from runs.models import BudgetPolicy
+
+    names = set(BudgetPolicy.objects.exclude(agent=None).values_list("agent", flat=True)) | set(
+        Run.objects.order_by("-created_at").values_list("agent", flat=True)[:500]
+    )
+    return sorted(n for n in names if n)
+
+
+def runs_unknown_counts(run_ids: list[Any]) -> dict[Any, int]:
+    rows = (
+        Step.objects.filter(state=StepState.UNKNOWN, run_id__in=run_ids)
+        .values("run_id")
+        .annotate(n=Count("pk"))
+    )
+    return {r["run_id"]: r["n"] for r in rows}
+
+
+# --- review queue ----------------------------------------------------------------------------
+
+
+QUEUE_PAGE = 50
+
+
+def queue_steps(*, limit: int = QUEUE_PAGE) -> list[Step]:
+    """Unknown steps oldest first (step_unknown_idx), with their run and claimant."""
+    return list(
+        Step.objects.filter(state=StepState.UNKNOWN)
+        .select_related("run", "claimed_by")
+        .order_by("intent_at", "pk")[:limit]
+    )
+
+
+def queue_review_runs(*, limit: int = QUEUE_PAGE) -> list[Run]:
+    return list(review_runs_without_unknown().order_by("updated_at")[:limit])
+
+
+def sla_level(waited_seconds: float, sla: int) -> str:
+    if waited_seconds >= sla:
+        return "late"
+    if waited_seconds >= sla / 2:
+        return "warn"
+    return "ok"
+
+
+# --- transcript ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HistoryLine:
+    at: datetime
+    text: str
+    kind: str
+
+
+def run_history(events: list[Event]) -> list[HistoryLine]:
+    """Lease and recovery history in words, read from the run's own events."""
+    lines: list[HistoryLine] = []
+    for e in events:
+        p = e.payload or {}
+        if e.type == "lease_acquired":
+            if p.get("recovery"):
+                text = (
+                    f"recovered by {p.get('worker')} (epoch {p.get('epoch')}); "
+                    f"{p.get('replayable_steps', 0)} steps replayed"
+                )
+            else:
+                text = f"leased by {p.get('worker')} (epoch {p.get('epoch')})"
+            lines.append(HistoryLine(e.at, text, "lease"))
+        elif e.type == "lease_expired":
+            lines.append(
+                HistoryLine(
+                    e.at, f"lease lost at step {p.get('at_step')}, worker {p.get('worker')}", "lost"
+                )
+            )
+        elif e.type == "needs_review":
+            lines.append(HistoryLine(e.at, f"sent to review ({p.get('reason')})", "review"))
+        elif e.type == "step_resolved":
+            lines.append(
+                HistoryLine(
+                    e.at,
+                    f"step {p.get('index')} resolved as {p.get('action')} by {p.get('by')}: "
+                    f"{p.get('note')}",
+                    "resolved",
+                )
+            )
+        elif e.type == "run_resumed":
+            lines.append(HistoryLine(e.at, f"resumed ({p.get('why')})", "resumed"))
+        elif e.type == "reconciled":
+            lines.append(
+                HistoryLine(
+                    e.at,
+                    f"step {p.get('index')} reconciled from the tool side (key {p.get('key_state')})",
+                    "reconciled",
+                )
+            )
+        elif e.type == "limits_raised":
+            lines.append(
+                HistoryLine(e.at, f"limits raised by {p.get('by')}: {p.get('note')}", "limits")
+            )
+        elif e.type == "budget_exceeded":
+            lines.append(HistoryLine(e.at, f"budget exceeded: {p.get('limit')}", "budget"))
+        elif e.type in ("run_completed", "run_failed", "run_abandoned"):
+            lines.append(HistoryLine(e.at, e.type.replace("run_", "run "), "final"))
+    return lines
+
+
+def duplicates_prevented(events: list[Event], replays_by_key: int) -> dict[str, int]:
+    """Work the ledger stopped from happening twice: replayed steps, reconciled keys, tool replays."""
+    replayed = sum(
+        int((e.payload or {}).get("replayable_steps", 0))
+        for e in events
+        if e.type == "lease_acquired" and (e.payload or {}).get("recovery")
+    )
+    reconciled = sum(1 for e in events if e.type == "reconciled")
+    return {
+        "replayed_steps": replayed,
+        "reconciled": reconciled,
+        "tool_replays": replays_by_key,
+        "total": replayed + reconciled + replays_by_key,
+    }

@@ -1,17 +1,101 @@
-"""Dashboard views: thin callers of runs/services and review selectors."""
+"""Dashboard views: permission check, form validation, one service call, a redirect or a partial.
 
+Every view checks its permission server-side (a hidden button is not a permission). htmx
+requests get the page's partial ("page.html#name"); without JavaScript, forms post and redirect.
+"""
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.urls import reverse_lazy
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse, reverse_lazy
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 
+from review import selectors, services, toolside
+from review.audit import AuditEntry
+from review.forms import (
+    AuditFilterForm,
+    DecideForm,
+    LimitsForm,
+    PolicyForm,
+    ResolveForm,
+    RunFilterForm,
+    TokenForm,
+)
 from review.templatetags.review import waiting_badge
+from runs import clock
+from runs.api_errors import ApplicationError
+from runs.chain import run_chain_breaks
+from runs.constants import FINAL_STATUSES, LIVE_STATUSES, RunStatus, StepState
+from runs.models import BudgetPolicy, Event, Run, Step, WorkerToken
+from runs.services import budget_of
+
+View = Callable[..., HttpResponse]
+
+
+def require_perm(codename: str) -> Callable[[View], View]:
+    """Logged in (else the login page) and holding review.<codename> (else 403)."""
+
+    def decorate(view: View) -> View:
+        @wraps(view)
+        @login_required
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.has_perm(f"review.{codename}"):
+                raise PermissionDenied(f"You need the {codename} permission.")
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+def _client_ip(request: HttpRequest) -> str:
+    return str(request.META.get("REMOTE_ADDR") or "0.0.0.0")  # noqa: S104
+
+
+# --- auth ---------------------------------------------------------------------------------------
 
 
 class LoginView(auth_views.LoginView):
+    """Django's login with a per-(username, ip) failure counter and a lockout window."""
+
     template_name = "registration/login.html"
     redirect_authenticated_user = True
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        username = str(request.POST.get("username", ""))
+        until = services.login_locked_until(username=username, ip=_client_ip(request))
+        if until is not None:
+            form = self.get_form()
+            form.errors.clear()
+            form.add_error(
+                None,
+                f"Too many failed logins. Try again after {until:%H:%M:%S} UTC.",
+            )
+            response = self.render_to_response(self.get_context_data(form=form))
+            response.status_code = 429
+            return response
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        username = str(self.request.POST.get("username", ""))
+        if username:
+            services.login_failure_record(username=username, ip=_client_ip(self.request))
+        return super().form_invalid(form)
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        services.login_success_clear(
+            username=form.get_user().get_username(), ip=_client_ip(self.request)
+        )
+        return super().form_valid(form)
 
 
 class LogoutView(auth_views.LogoutView):
@@ -22,16 +106,465 @@ class PasswordChangeView(auth_views.PasswordChangeView):
     template_name = "registration/password_change.html"
     success_url = reverse_lazy("review:runs")
 
-
-@login_required
-def _pending(request: HttpRequest) -> HttpResponse:
-    # interim page while the dashboard is built (replaced in the next commits)
-    return render(request, "review/pending.html", {})
-
-
-runs_list = queue = policies = tokens = audit_log = _pending
+    def form_valid(self, form: Any) -> HttpResponse:
+        response = super().form_valid(form)
+        messages.success(self.request, "Your password was changed.")
+        return response
 
 
-@login_required
+# --- runs ---------------------------------------------------------------------------------------
+
+
+def _run_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    unknown = selectors.runs_unknown_counts([r.pk for r in runs])
+    return [
+        {"run": r, "unknown": unknown.get(r.pk, 0), "live": r.status in LIVE_STATUSES} for r in runs
+    ]
+
+
+@require_GET
+@require_perm("browse")
+def runs_list(request: HttpRequest) -> HttpResponse:
+    form = RunFilterForm(request.GET or None)
+    data = form.cleaned_data if form.is_valid() else {}
+    filters = selectors.RunFilters(
+        status=data.get("status") or "",
+        agent=(data.get("agent") or "").strip(),
+        date_from=data.get("date_from"),
+        date_to=data.get("date_to"),
+        has_unknown=bool(data.get("has_unknown")),
+        over_80=bool(data.get("over_80")),
+        q=(data.get("q") or "").strip(),
+    )
+    page = data.get("page") or 1
+    runs, has_next = selectors.runs_page(filters, page=page)
+    rows = _run_rows(runs)
+    any_live = any(r["live"] for r in rows)
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "nav": "runs",
+        "form": form,
+        "rows": rows,
+        "page": page,
+        "has_next": has_next,
+        "any_live": any_live,
+        "query": query.urlencode(),
+        "counts": selectors.run_status_counts(filters),
+        "current_status": filters.status,
+        "agents": selectors.run_agents(),
+    }
+    if request.htmx:
+        response = render(request, "review/runs.html#rows", context)
+        return _stop_polling_if(response, not any_live)
+    return render(request, "review/runs.html", context)
+
+
+def _stop_polling_if(response: HttpResponse, stop: bool) -> HttpResponse:
+    if stop:
+        stopped = HttpResponseStopPolling(response.content)
+        for header, value in response.items():
+            stopped[header] = value
+        return stopped
+    return response
+
+
+def _get_run(run_id: UUID) -> Run:
+    run = Run.objects.select_related("policy").filter(pk=run_id).first()
+    if run is None:
+        raise Http404("No such run.")
+    return run
+
+
+def _transcript_context(request: HttpRequest, run: Run) -> dict[str, Any]:
+    steps = list(Step.objects.filter(run=run).select_related("claimed_by").order_by("index"))
+    events = list(Event.objects.filter(run=run).order_by("seq"))
+    keys = toolside.key_states([s.idempotency_key for s in steps if s.effect == "write"])
+    step_rows = [
+        {"step": s, "key": keys.get(s.idempotency_key) if s.effect == "write" else None}
+        for s in steps
+    ]
+    budget = budget_of(run)
+    wall_used = int(((run.finished_at or clock.now()) - run.created_at).total_seconds())
+    has_unknown = any(s.state == StepState.UNKNOWN for s in steps)
+    return {
+        "nav": "runs",
+        "run": run,
+        "budget": budget,
+        "wall_used": wall_used,
+        "step_rows": step_rows,
+        "events": events,
+        "history": selectors.run_history(events),
+        "duplicates": selectors.duplicates_prevented(events, sum(k.replays for k in keys.values())),
+        "live": run.status in LIVE_STATUSES,
+        "final": run.status in FINAL_STATUSES,
+        "can_decide": run.status == RunStatus.NEEDS_REVIEW
+        and not has_unknown
+        and request.user.has_perm("review.resolve"),
+        "can_raise": request.user.has_perm("review.raise_limits")
+        and run.status not in FINAL_STATUSES,
+        "decide_form": DecideForm(),
+        "limits_form": LimitsForm(),
+    }
+
+
+@require_GET
+@require_perm("browse")
+def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    run = _get_run(run_id)
+    context = _transcript_context(request, run)
+    if request.htmx and request.GET.get("part") == "live":
+        response = render(request, "review/run.html#live", context)
+        return _stop_polling_if(response, not context["live"])
+    return render(request, "review/run.html", context)
+
+
+@require_GET
+@require_perm("browse")
+def run_verify(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    """Recompute the run's hash chain (read-only) and show the result."""
+    run = _get_run(run_id)
+    breaks = run_chain_breaks(run)
+    context = {"run": run, "breaks": breaks, "verified": True, "event_count": run.event_seq}
+    if request.htmx:
+        return render(request, "review/run.html#verify", context)
+    if breaks:
+        messages.error(request, f"The chain is broken in {len(breaks)} place(s).")
+    else:
+        messages.success(request, f"The chain holds: {run.event_seq} events verified.")
+    return HttpResponseRedirect(reverse("review:run", args=[run.pk]))
+
+
+@require_POST
+@require_perm("resolve")
+def run_decide(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    run = _get_run(run_id)
+    form = DecideForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _form_errors(form))
+    else:
+        try:
+            services.review_run_decide(
+                user=request.user,  # type: ignore[arg-type]
+                run_id=run.pk,
+                action=form.cleaned_data["action"],
+                note=form.cleaned_data["note"],
+            )
+            messages.success(request, f"Run {form.cleaned_data['action']}d.")
+        except ApplicationError as exc:
+            messages.error(request, exc.message)
+    return HttpResponseRedirect(reverse("review:run", args=[run.pk]))
+
+
+@require_POST
+@require_perm("raise_limits")
+def run_limits(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    run = _get_run(run_id)
+    form = LimitsForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _form_errors(form))
+    else:
+        try:
+            services.review_limits_raise(
+                user=request.user,  # type: ignore[arg-type]
+                run_id=run.pk,
+                note=form.cleaned_data["note"],
+                limits=form.limits(),
+            )
+            messages.success(request, "Limits raised.")
+        except ApplicationError as exc:
+            messages.error(request, _error_text(exc))
+    return HttpResponseRedirect(reverse("review:run", args=[run.pk]))
+
+
+def _form_errors(form: Any) -> str:
+    parts = []
+    for field, errors in form.errors.items():
+        label = "" if field == "__all__" else f"{field}: "
+        parts.extend(f"{label}{e}" for e in errors)
+    return " ".join(parts)
+
+
+def _error_text(exc: ApplicationError) -> str:
+    details = exc.details or {}
+    extra = [f"{k}: {' '.join(map(str, v))}" for k, v in details.items() if isinstance(v, list)]
+    return " ".join([exc.message, *extra])
+
+
+# --- review queue ---------------------------------------------------------------------------------
+
+
+def _queue_context() -> dict[str, Any]:
+    now = clock.now()
+    sla = services.sla_seconds()
+    steps = selectors.queue_steps()
+    items = [
+        {
+            "step": s,
+            "waited": (now - s.intent_at).total_seconds(),
+            "level": selectors.sla_level((now - s.intent_at).total_seconds(), sla),
+            "claim_live": s.claimed_by_id is not None
+            and s.claim_expires_at is not None
+            and s.claim_expires_at > now,
+        }
+        for s in steps
+    ]
+    review_runs = [
+        {
+            "run": r,
+            "waited": (now - r.updated_at).total_seconds(),
+            "level": selectors.sla_level((now - r.updated_at).total_seconds(), sla),
+        }
+        for r in selectors.queue_review_runs()
+    ]
+    return {"nav": "queue", "items": items, "review_runs": review_runs, "sla_minutes": sla // 60}
+
+
+@require_GET
+@require_perm("browse")
+def queue(request: HttpRequest) -> HttpResponse:
+    context = _queue_context()
+    if request.htmx:
+        return render(request, "review/queue.html#items", context)
+    return render(request, "review/queue.html", context)
+
+
+@require_GET
+@require_perm("browse")
 def queue_count(request: HttpRequest) -> HttpResponse:
     return HttpResponse(waiting_badge())
+
+
+def _get_step(run_id: UUID, index: int) -> Step:
+    step = (
+        Step.objects.select_related("run", "claimed_by").filter(run_id=run_id, index=index).first()
+    )
+    if step is None:
+        raise Http404("No such step.")
+    return step
+
+
+def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, Any]:
+    now = clock.now()
+    previous = list(
+        Step.objects.filter(run_id=step.run_id, index__lt=step.index).order_by("-index")[:10]
+    )
+    previous.reverse()
+    claim_live = (
+        step.claimed_by_id is not None
+        and step.claim_expires_at is not None
+        and step.claim_expires_at > now
+    )
+    return {
+        "nav": "queue",
+        "step": step,
+        "run": step.run,
+        "previous": previous,
+        "key": toolside.key_state(step.idempotency_key) if step.effect == "write" else None,
+        "concerns": toolside.concerned_records(step.arguments),
+        "waited": (now - step.intent_at).total_seconds(),
+        "level": selectors.sla_level(
+            (now - step.intent_at).total_seconds(), services.sla_seconds()
+        ),
+        "claim_live": claim_live,
+        "claimed_by_me": claim_live and step.claimed_by_id == request.user.pk,
+        "can_resolve": request.user.has_perm("review.resolve"),
+        "form": extra.pop("form", None) or ResolveForm(),
+        **extra,
+    }
+
+
+@require_GET
+@require_perm("browse")
+def queue_item(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
+    step = _get_step(run_id, index)
+    context = _item_context(request, step)
+    if request.htmx:
+        response = render(request, "review/item.html#decision", context)
+        return _stop_polling_if(response, step.state != StepState.UNKNOWN)
+    return render(request, "review/item.html", context)
+
+
+def _item_response(
+    request: HttpRequest, step: Step, *, error: str = "", form: Any = None, ok: str = ""
+) -> HttpResponse:
+    """htmx: the decision partial (with the outcome); otherwise a redirect with a message."""
+    if request.htmx:
+        step = _get_step(step.run_id, step.index)
+        context = _item_context(request, step, form=form, error=error, ok=ok)
+        response = render(
+            request, "review/item.html#decision", context, status=200 if not error else 409
+        )
+        # htmx swaps 4xx only when configured; answer 200 so the message is shown
+        response.status_code = 200
+        return trigger_client_event(response, "queue-changed") if ok else response
+    if error:
+        messages.error(request, error)
+    if ok:
+        messages.success(request, ok)
+    return HttpResponseRedirect(reverse("review:item", args=[step.run_id, step.index]))
+
+
+@require_POST
+@require_perm("resolve")
+def queue_resolve(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
+    step = _get_step(run_id, index)
+    form = ResolveForm(request.POST)
+    if not form.is_valid():
+        return _item_response(request, step, error=_form_errors(form), form=form)
+    action = form.cleaned_data["action"]
+    try:
+        services.review_step_resolve(
+            user=request.user,  # type: ignore[arg-type]
+            run_id=run_id,
+            index=index,
+            action=action,
+            note=form.cleaned_data["note"],
+            result=form.cleaned_data["result"],
+        )
+    except ApplicationError as exc:
+        return _item_response(request, step, error=exc.message, form=form)
+    done = {"sent": "marked as sent", "retry": "sent back for retry", "abandon": "abandoned"}
+    return _item_response(request, step, ok=f"Step {index} {done[action]}.")
+
+
+@require_POST
+@require_perm("resolve")
+def queue_claim(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
+    step = _get_step(run_id, index)
+    try:
+        services.review_step_claim(user=request.user, run_id=run_id, index=index)  # type: ignore[arg-type]
+    except ApplicationError as exc:
+        return _item_response(request, step, error=exc.message)
+    return _item_response(request, step, ok="You claimed this item.")
+
+
+@require_POST
+@require_perm("resolve")
+def queue_release(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
+    step = _get_step(run_id, index)
+    try:
+        services.review_step_release(user=request.user, run_id=run_id, index=index)  # type: ignore[arg-type]
+    except ApplicationError as exc:
+        return _item_response(request, step, error=exc.message)
+    return _item_response(request, step, ok="Claim released.")
+
+
+# --- budget policies ------------------------------------------------------------------------------
+
+
+@require_GET
+@require_perm("manage_policies")
+def policies(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "review/policies.html",
+        {"nav": "policies", "policies": list(BudgetPolicy.objects.order_by("-is_default", "name"))},
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@require_perm("manage_policies")
+def policy_edit(request: HttpRequest, policy_id: int | None = None) -> HttpResponse:
+    policy = get_object_or_404(BudgetPolicy, pk=policy_id) if policy_id else None
+    form = PolicyForm(request.POST or None, instance=policy)
+    if request.method == "POST" and form.is_valid():
+        values = {f: form.cleaned_data[f] for f in services.POLICY_FIELDS}
+        values["note"] = form.cleaned_data.get("note", "")
+        try:
+            saved = services.budget_policy_save(
+                user=request.user,  # type: ignore[arg-type]
+                policy=BudgetPolicy.objects.get(pk=policy.pk) if policy else None,
+                values=values,
+            )
+        except ApplicationError as exc:
+            form.add_error(None, _error_text(exc))
+        else:
+            messages.success(
+                request, f"Policy “{saved.name}” saved; new runs of its agents use it."
+            )
+            return HttpResponseRedirect(reverse("review:policies"))
+    return render(
+        request, "review/policy_form.html", {"nav": "policies", "form": form, "policy": policy}
+    )
+
+
+# --- worker tokens ------------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@require_perm("manage_tokens")
+def tokens(request: HttpRequest) -> HttpResponse:
+    form = TokenForm(request.POST or None)
+    created: tuple[WorkerToken, str] | None = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            created = services.review_token_create(
+                user=request.user,  # type: ignore[arg-type]
+                name=form.cleaned_data["name"],
+            )
+        except ApplicationError as exc:
+            form.add_error("name", exc.message)
+        else:
+            form = TokenForm()
+    rows = list(WorkerToken.objects.order_by("name", "-created_at"))
+    response = render(
+        request,
+        "review/tokens.html",
+        {"nav": "tokens", "form": form, "tokens": rows, "created": created},
+        status=400 if request.method == "POST" and form.errors else 200,
+    )
+    if created:
+        response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+@require_perm("manage_tokens")
+def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    try:
+        token = services.review_token_revoke(user=request.user, token_id=token_id)  # type: ignore[arg-type]
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Token “{token.name}” ({token.prefix}…) revoked.")
+    return HttpResponseRedirect(reverse("review:tokens"))
+
+
+# --- audit log ----------------------------------------------------------------------------------
+
+AUDIT_PAGE = 50
+
+
+@require_GET
+@require_perm("view_auditentry")
+def audit_log(request: HttpRequest) -> HttpResponse:
+    form = AuditFilterForm(request.GET or None)
+    data = form.cleaned_data if form.is_valid() else {}
+    qs = AuditEntry.objects.all()
+    if data.get("actor"):
+        qs = qs.filter(actor_name=data["actor"].strip())
+    if data.get("action"):
+        qs = qs.filter(action__startswith=data["action"].strip())
+    if data.get("target"):
+        qs = qs.filter(target__contains=data["target"].strip())
+    if data.get("date_from"):
+        qs = qs.filter(at__date__gte=data["date_from"])
+    if data.get("date_to"):
+        qs = qs.filter(at__date__lte=data["date_to"])
+    page = data.get("page") or 1
+    offset = (page - 1) * AUDIT_PAGE
+    rows = list(qs.order_by("-at", "-id")[offset : offset + AUDIT_PAGE + 1])
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "nav": "audit",
+        "form": form,
+        "entries": rows[:AUDIT_PAGE],
+        "has_next": len(rows) > AUDIT_PAGE,
+        "page": page,
+        "query": query.urlencode(),
+    }
+    if request.htmx:
+        return render(request, "review/audit.html#entries", context)
+    return render(request, "review/audit.html", context)

@@ -1,0 +1,155 @@
+"""Dashboard forms: they validate input and produce clear messages; services do the writing."""
+
+import json
+from typing import Any
+
+from django import forms
+
+from runs.constants import Resolution, RunStatus
+from runs.models import BudgetPolicy
+
+
+class RunFilterForm(forms.Form):
+    status = forms.ChoiceField(required=False, choices=[("", "any status"), *RunStatus.choices])
+    agent = forms.CharField(required=False, max_length=100)
+    date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    has_unknown = forms.BooleanField(required=False, label="has unknown steps")
+    over_80 = forms.BooleanField(required=False, label="over 80% of a budget")
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Search",
+        widget=forms.TextInput(attrs={"placeholder": "run id or external id", "type": "search"}),
+    )
+    page = forms.IntegerField(required=False, min_value=1, max_value=10_000)
+
+
+def _note_field() -> forms.CharField:
+    return forms.CharField(
+        required=True,
+        max_length=4000,
+        strip=True,
+        error_messages={"required": "A note is required: say what you checked and why."},
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+
+
+class ResolveForm(forms.Form):
+    action = forms.ChoiceField(choices=Resolution.choices)
+    note = _note_field()
+    result = forms.CharField(
+        required=False,
+        label="Observed result (JSON, optional)",
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": '{"email": {"id": 42}}'}),
+    )
+
+    def clean_result(self) -> Any:
+        raw = self.cleaned_data.get("result", "").strip()
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(
+                f"The observed result is not valid JSON: {exc.msg}."
+            ) from exc
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("result") is not None and data.get("action") != Resolution.SENT:
+            self.add_error("result", "An observed result only goes with 'mark as sent'.")
+        return data
+
+
+class DecideForm(forms.Form):
+    action = forms.ChoiceField(choices=[("resume", "resume"), ("abandon", "abandon")])
+    note = _note_field()
+
+
+class LimitsForm(forms.Form):
+    steps = forms.IntegerField(required=False, min_value=1)
+    tokens = forms.IntegerField(required=False, min_value=1)
+    cost_usd = forms.DecimalField(required=False, min_value=0, max_digits=12, decimal_places=6)
+    wall_seconds = forms.IntegerField(required=False, min_value=1)
+    recoveries = forms.IntegerField(required=False, min_value=0)
+    note = _note_field()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        names = ("steps", "tokens", "cost_usd", "wall_seconds", "recoveries")
+        if not self.errors and all(data.get(n) is None for n in names):
+            raise forms.ValidationError("Give at least one new limit.")
+        return data
+
+    def limits(self) -> dict[str, Any]:
+        return {k: v for k, v in self.cleaned_data.items() if k != "note" and v is not None}
+
+
+class PolicyForm(forms.ModelForm):
+    note = forms.CharField(required=False, max_length=2000, label="Note (for the audit log)")
+
+    class Meta:
+        model = BudgetPolicy
+        fields = [
+            "name",
+            "agent",
+            "is_default",
+            "max_steps",
+            "max_tokens",
+            "max_wall_seconds",
+            "max_cost_usd",
+            "max_recoveries",
+        ]
+        labels = {
+            "agent": "Agent (empty for none)",
+            "is_default": "Default policy (for agents without their own)",
+            "max_cost_usd": "Max cost (USD, empty for no limit)",
+        }
+
+    def clean_agent(self) -> str | None:
+        agent = (self.cleaned_data.get("agent") or "").strip()
+        return agent or None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("is_default") and data.get("agent"):
+            self.add_error(
+                "agent", "The default policy applies to every agent; leave the agent empty."
+            )
+        if not data.get("is_default") and not data.get("agent") and not self.errors:
+            self.add_error("agent", "Assign the policy to an agent, or make it the default.")
+        for name in ("max_steps", "max_tokens", "max_wall_seconds"):
+            value = data.get(name)
+            if value is not None and value < 1:
+                self.add_error(name, "Must be at least 1.")
+        cost = data.get("max_cost_usd")
+        if cost is not None and cost <= 0:
+            self.add_error("max_cost_usd", "Must be more than 0, or empty for no cost limit.")
+        return data
+
+    def validate_constraints(self) -> None:
+        """Check constraints except the one-default rule: the service moves the default flag."""
+        exclude = self._get_validation_exclusions()
+        exclude.add("is_default")
+        try:
+            self.instance.validate_constraints(exclude=exclude)
+        except forms.ValidationError as e:
+            self._update_errors(e)
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(
+        max_length=100,
+        strip=True,
+        error_messages={"required": "A token needs a name (which worker or host uses it)."},
+    )
+
+
+class AuditFilterForm(forms.Form):
+    actor = forms.CharField(required=False, max_length=150)
+    action = forms.CharField(required=False, max_length=60)
+    target = forms.CharField(required=False, max_length=300)
+    date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    page = forms.IntegerField(required=False, min_value=1, max_value=10_000)

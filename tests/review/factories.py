@@ -1,0 +1,185 @@
+"""Build dashboard test data through the journal's real services (no hand-made rows)."""
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+
+from review.roles import groups_ensure_now
+from runs import clock
+from runs.constants import RunStatus, StepState
+from runs.models import Run, Step
+from runs.services import (
+    run_create,
+    run_lease_acquire,
+    run_lease_expire,
+    step_intent_record,
+    step_outcome_record,
+)
+
+PASSWORD = "correct-horse-battery-9"
+
+
+def user_in(group: str | None, username: str | None = None, email: str = "") -> User:
+    """A user in one dashboard group (or none), with a known password."""
+    groups_ensure_now()
+    name = username or f"{group or 'nobody'}-user"
+    user, _ = User.objects.get_or_create(username=name, defaults={"email": email})
+    user.set_password(PASSWORD)
+    user.email = email or user.email
+    user.save()
+    if group:
+        user.groups.add(Group.objects.get(name=group))
+    return user
+
+
+@dataclass
+class UnknownStep:
+    run_id: str
+    index: int
+    ticket_step: int
+
+    @property
+    def run(self) -> Run:
+        return Run.objects.get(pk=self.run_id)
+
+    @property
+    def step(self) -> Step:
+        return Step.objects.get(run_id=self.run_id, index=self.index)
+
+
+def _lost_lease(run_id: Any, ttl: int) -> None:
+    """Let the lease run out by moving the journal's clock past it, then reap it."""
+    real_now = clock.now
+    later = real_now() + timedelta(seconds=ttl + 1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(clock, "now", lambda: later)
+        run_lease_expire(run_id=run_id)
+
+
+def killed_support_run(
+    *, agent: str = "support", external_id: str | None = None, customer: str = "ada@example.com"
+) -> UnknownStep:
+    """The story: the support agent searched, created a ticket, then died while emailing.
+
+    Steps: 0 model read, 1 tickets.create (write, done), 2 email.send (write, enforced_by
+    nobody, intent only). The lease expires; recovery makes step 2 `unknown` and the run
+    `needs_review`.
+    """
+    run, _ = run_create(
+        agent=agent,
+        input={"ticket": "refund please", "customer": customer},
+        external_id=external_id,
+        actor="worker:w-7",
+    )
+    grant = run_lease_acquire(run_id=run.pk, worker="w-7", ttl_seconds=5, actor="worker:w-7")
+    epoch = grant.epoch
+    step_intent_record(
+        run_id=run.pk,
+        epoch=epoch,
+        index=0,
+        kind="model",
+        name="model.chat",
+        effect="read",
+        arguments={"prompt": "classify the ticket"},
+        outcome={"status": "ok", "result": {"intent": "refund"}, "usage": {"input_tokens": 120}},
+        actor="worker:w-7",
+    )
+    step_intent_record(
+        run_id=run.pk,
+        epoch=epoch,
+        index=1,
+        kind="tool",
+        name="tickets.create",
+        effect="write",
+        enforced_by="tool",
+        arguments={"customer": customer, "subject": "Refund", "body": "Customer asks a refund"},
+        actor="worker:w-7",
+    )
+    step_outcome_record(
+        run_id=run.pk,
+        index=1,
+        epoch=epoch,
+        status="ok",
+        result={"ticket": {"id": 41, "customer": customer, "subject": "Refund", "status": "open"}},
+        usage={"input_tokens": 0, "output_tokens": 0},
+        actor="worker:w-7",
+    )
+    step_intent_record(
+        run_id=run.pk,
+        epoch=epoch,
+        index=2,
+        kind="tool",
+        name="email.send",
+        effect="write",
+        enforced_by="nobody",
+        arguments={
+            "to": customer,
+            "subject": "Your refund",
+            "body": "We refunded you.",
+            "ticket_id": 41,
+        },
+        actor="worker:w-7",
+    )
+    _lost_lease(run.pk, 5)
+    run.refresh_from_db()
+    assert run.status == RunStatus.NEEDS_REVIEW, run.status
+    assert Step.objects.get(run=run, index=2).state == StepState.UNKNOWN
+    return UnknownStep(run_id=str(run.pk), index=2, ticket_step=1)
+
+
+def finish_run_as_worker(run_id: Any, *, worker: str = "w-9") -> Run:
+    """What a worker does after a resolution: lease, do the remaining step, complete."""
+    from runs.services import run_complete
+
+    grant = run_lease_acquire(
+        run_id=run_id, worker=worker, ttl_seconds=30, actor=f"worker:{worker}"
+    )
+    index = grant.run.step_count
+    for step in grant.journal:
+        if step.state == StepState.INTERRUPTED:
+            step_intent_record(
+                run_id=run_id,
+                epoch=grant.epoch,
+                index=step.index,
+                kind=step.kind,
+                name=step.name,
+                effect=step.effect,
+                enforced_by=step.enforced_by,
+                arguments=step.arguments,
+                actor=f"worker:{worker}",
+            )
+            step_outcome_record(
+                run_id=run_id,
+                index=step.index,
+                epoch=grant.epoch,
+                status="ok",
+                result={"email": {"id": 7, "message_id": "<retry@ledger>"}},
+                usage={"input_tokens": 0, "output_tokens": 0},
+                actor=f"worker:{worker}",
+            )
+    step_intent_record(
+        run_id=run_id,
+        epoch=grant.epoch,
+        index=index,
+        kind="tool",
+        name="tickets.close",
+        effect="write",
+        enforced_by="tool",
+        arguments={"ticket_id": 41, "resolution": "refunded"},
+        actor=f"worker:{worker}",
+    )
+    step_outcome_record(
+        run_id=run_id,
+        index=index,
+        epoch=grant.epoch,
+        status="ok",
+        result={"ticket": {"id": 41, "status": "closed"}},
+        usage={"input_tokens": 0, "output_tokens": 0},
+        actor=f"worker:{worker}",
+    )
+    return run_complete(
+        run_id=run_id, epoch=grant.epoch, output={"ok": True}, actor=f"worker:{worker}"
+    )
