@@ -176,6 +176,17 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": timedelta(hours=1),
     },
 }
+
+# Review dashboard (issue 5): an item waiting longer than the SLA mails the supervisors once;
+# a claim keeps other supervisors off an item for REVIEW_CLAIM_SECONDS; login lockout.
+REVIEW_SLA_SECONDS = env_int("REVIEW_SLA_SECONDS", 15 * 60)
+REVIEW_CLAIM_SECONDS = env_int("REVIEW_CLAIM_SECONDS", 15 * 60)
+LOGIN_MAX_FAILURES = env_int("LOGIN_MAX_FAILURES", 5)
+LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 15 * 60)
+CELERY_BEAT_SCHEDULE["review-escalate-waiting-items"] = {
+    "task": "review.tasks.escalate_waiting_items",
+    "schedule": timedelta(seconds=env_int("REVIEW_ESCALATION_INTERVAL_SECONDS", 60)),
+}
 # Tool side: an in_progress key whose lock is older than this is stale ("maybe executed").
 TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS = env_int("TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS", 60)
 # Finished keys are kept at least this long (never less than 72 h), then pruned hourly.
