@@ -1,0 +1,45 @@
+"""Agent Ledger worker SDK: journal an agent's steps so a crash resumes instead of redoing.
+
+    from agentledger import Ledger
+    ledger = Ledger("http://ledger:8000", token)
+    with ledger.run("support", {"ticket": 42}, external_id="ticket-42") as run:
+        hits = run.tool("kb.search", {"query": "refund"}, effect="read")
+        run.tool("email.send", {"to": "a@b.example", "subject": "Hi", "body": "..."})
+        run.output = {"ok": True}
+
+Django-free; depends on httpx only (imported when the first Ledger is built).
+"""
+
+from agentledger._ledger import Ledger
+from agentledger._run import Run, StepInfo, current_run
+from agentledger._tool import tool
+from agentledger.errors import (
+    BudgetExceeded,
+    LeaseHeld,
+    LedgerError,
+    LedgerUnavailable,
+    NeedsReview,
+    NondeterminismError,
+    RunFinished,
+    StaleLease,
+    StepFailed,
+    StopRun,
+)
+
+__all__ = [
+    "BudgetExceeded",
+    "LeaseHeld",
+    "Ledger",
+    "LedgerError",
+    "LedgerUnavailable",
+    "NeedsReview",
+    "NondeterminismError",
+    "Run",
+    "RunFinished",
+    "StaleLease",
+    "StepFailed",
+    "StepInfo",
+    "StopRun",
+    "current_run",
+    "tool",
+]

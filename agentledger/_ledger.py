@@ -1,0 +1,107 @@
+"""The client an agent author holds: where the ledger is, and how to start or attach to runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from agentledger._http import Transport
+from agentledger._run import Run, StepInfo
+
+
+def default_worker_name() -> str:
+    """A stable name makes a restarted worker take its own lease back at once (no TTL wait).
+
+    AGENTLEDGER_WORKER wins (set it to the pod or Celery node name); else host:pid.
+    """
+    import socket
+
+    return os.environ.get("AGENTLEDGER_WORKER") or f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Ledger:
+    """`Ledger(url, token)`; then `with ledger.run(agent, input) as run:`.
+
+    `retries` and `backoff` apply to connection errors and 5xx answers of the idempotent
+    calls (everything but creating a run without an external_id).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        retries: int = 5,
+        backoff: float = 0.1,
+    ) -> None:
+        url = url or os.environ.get("LEDGER_URL")
+        token = token or os.environ.get("LEDGER_TOKEN")
+        if not url or not token:
+            raise ValueError("Ledger needs a url and a token (or LEDGER_URL / LEDGER_TOKEN).")
+        self.url = url.rstrip("/")
+        self._transport = Transport(
+            self.url, token, timeout=timeout, retries=retries, backoff=backoff
+        )
+
+    def run(
+        self,
+        agent: str,
+        input: Any = None,
+        *,
+        external_id: str | None = None,
+        worker: str | None = None,
+        ttl_seconds: int = 30,
+        on_step: Callable[[Run, StepInfo], None] | None = None,
+    ) -> Run:
+        """A run context: creates the run (or attaches: same agent + external_id, same run)."""
+        return Run(
+            self,
+            agent=agent,
+            input=input,
+            external_id=external_id,
+            run_id=None,
+            worker=worker or default_worker_name(),
+            ttl_seconds=ttl_seconds,
+            on_step=on_step,
+        )
+
+    def attach(
+        self,
+        run_id: str,
+        *,
+        worker: str | None = None,
+        ttl_seconds: int = 30,
+        on_step: Callable[[Run, StepInfo], None] | None = None,
+    ) -> Run:
+        """A run context for an existing run id (a queue hands workers run ids)."""
+        return Run(
+            self,
+            agent=None,
+            input=None,
+            external_id=None,
+            run_id=str(run_id),
+            worker=worker or default_worker_name(),
+            ttl_seconds=ttl_seconds,
+            on_step=on_step,
+        )
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        """The run's representation (status, budget, lease)."""
+        body: dict[str, Any] = self._transport.request("GET", f"/api/v1/runs/{run_id}/").body
+        return body
+
+    def journal(self, run_id: str) -> dict[str, Any]:
+        """{steps, events}: the run's transcript and hash-chained history."""
+        body: dict[str, Any] = self._transport.request("GET", f"/api/v1/runs/{run_id}/journal").body
+        return body
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
