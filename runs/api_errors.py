@@ -146,11 +146,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             "validation_error", "The request is not valid.", status.HTTP_400_BAD_REQUEST, detail
         )
     if isinstance(exc, (OperationalError, InterfaceError)):
-        return error_response(
+        response = error_response(
             "database_unavailable",
             "The database is not reachable right now; retry with backoff.",
             status.HTTP_503_SERVICE_UNAVAILABLE,
         )
+        response["Retry-After"] = "1"  # as runs.middleware does for non-API views
+        return response
     if isinstance(exc, DatabaseError) and "invalid input syntax" in str(exc):
         return error_response("validation_error", str(exc).splitlines()[0], 400)
     if isinstance(exc, exceptions.APIException):

@@ -86,7 +86,7 @@ def scale(request: pytest.FixtureRequest) -> Scale:
         schemathesis_examples=25,
         concurrent_intents=50,
         db_fault_workers=4,
-        db_fault_steps=15,
+        db_fault_steps=30,
         db_fault_kills=12,
         outage_seconds=2.0,
         chaos_runs=20,
