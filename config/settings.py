@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "tools",
     "review",
     "agents",
+    "audit",
 ]
 
 MIDDLEWARE = [
@@ -195,6 +196,30 @@ TOOLS_IDEMPOTENCY_RETENTION_HOURS = env_int("TOOLS_IDEMPOTENCY_RETENTION_HOURS",
 TOOLS_EXTRA_MODULES = [
     m.strip() for m in os.environ.get("TOOLS_EXTRA_MODULES", "").split(",") if m.strip()
 ]
+
+# Audit (issue 6): the Ed25519 key signing checkpoints and exports (base64 or PEM; with DEBUG and
+# no key, one is generated into AUDIT_SIGNING_KEY_FILE), export files and their lifetime.
+AUDIT_SIGNING_KEY = os.environ.get("AUDIT_SIGNING_KEY", "")
+AUDIT_SIGNING_KEY_FILE = os.environ.get(
+    "AUDIT_SIGNING_KEY_FILE", str(BASE_DIR / ".demo" / "audit-signing-key")
+)
+AUDIT_EXPORT_DIR = os.environ.get("AUDIT_EXPORT_DIR", str(BASE_DIR / "exports"))
+AUDIT_EXPORT_TTL_HOURS = env_int("AUDIT_EXPORT_TTL_HOURS", 24)
+AUDIT_EXPORT_SYNC_MAX_RUNS = env_int("AUDIT_EXPORT_SYNC_MAX_RUNS", 2000)
+AUDIT_CHECKPOINT_INTERVAL_SECONDS = env_int("AUDIT_CHECKPOINT_INTERVAL_SECONDS", 3600)
+CELERY_BEAT_SCHEDULE.update(
+    {
+        "audit-checkpoint": {
+            "task": "audit.tasks.checkpoint_write",
+            "schedule": timedelta(seconds=AUDIT_CHECKPOINT_INTERVAL_SECONDS),
+        },
+        "audit-expire-exports": {
+            "task": "audit.tasks.exports_expire",
+            "schedule": timedelta(minutes=15),
+        },
+        "audit-retention": {"task": "audit.tasks.retention_purge", "schedule": timedelta(hours=24)},
+    }
+)
 
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "127.0.0.1")

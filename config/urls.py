@@ -22,5 +22,6 @@ urlpatterns = [
     path("api/v1/", include("runs.urls")),
     re_path(r"^api/(?P<rest>.*)$", api_not_found),
     path("django-admin/", admin.site.urls),
+    path("audit/", include("audit.urls")),
     path("", include("review.urls")),
 ]

@@ -1,0 +1,245 @@
+"""Signed checkpoints: recompute every chain, then sign the heads that changed since the last one.
+
+The job refuses to sign over a broken chain: it raises (or refreshes) a ChainAlert instead, so
+an edit made behind the application's back is loud at the next checkpoint.
+"""
+
+import hashlib
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from django.db import connection, transaction
+
+from audit import merkle
+from audit.models import ChainAlert, Checkpoint, CheckpointLeaf
+from audit.signing import sign, signing_key_id
+from runs import clock
+from runs.canonical import GENESIS_HASH, canonical_json, sha256_hex
+from runs.chain import ChainBreak, chain_breaks
+from runs.models import Event, Run
+
+CHECKPOINT_LOCK = 0x41554454  # pg advisory lock key: one checkpoint job at a time ("AUDT")
+LEAF_BATCH = 2000
+
+
+class _EventRow(NamedTuple):
+    """The attributes runs.chain.chain_breaks reads, without building model instances."""
+
+    run_id: UUID
+    seq: int
+    type: str
+    payload: Any
+    actor: str
+    at: datetime
+    prev_hash: str
+    hash: str
+
+
+@dataclass
+class ChainCheck:
+    runs: int = 0
+    events: int = 0
+    breaks: list[ChainBreak] = field(default_factory=list)
+    breaks_total: int = 0
+
+
+@dataclass(frozen=True)
+class CheckpointResult:
+    checkpoint: Checkpoint | None
+    check: ChainCheck
+    refused: str = ""
+    alert: ChainAlert | None = None
+
+
+def repeatable_read() -> None:
+    """One snapshot for the whole transaction: chains, heads and leaves agree with each other.
+
+    Only possible as the transaction's first statement; inside an outer atomic block (tests) the
+    caller already sees one consistent state and nothing is changed.
+    """
+    if connection.in_atomic_block and len(connection.savepoint_ids) == 0:
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
+
+def chains_verify(*, keep: int = 100) -> ChainCheck:
+    """Recompute every run's chain (events streamed with a server-side cursor, run by run)."""
+    check = ChainCheck()
+    runs = Run.objects.order_by("pk").values_list("pk", "event_head").iterator(chunk_size=5000)
+    events = (
+        _EventRow(*row)
+        for row in Event.objects.order_by("run_id", "seq")
+        .values_list("run_id", "seq", "type", "payload", "actor", "at", "prev_hash", "hash")
+        .iterator(chunk_size=5000)
+    )
+    grouped = itertools.groupby(events, key=lambda e: e.run_id)
+    pending = next(grouped, None)
+    for run_id, head in runs:
+        check.runs += 1
+        matched = pending is not None and pending[0] == run_id
+        run_events: Iterator[_EventRow] = pending[1] if matched and pending else iter(())
+        counted = _counting(run_events, check)
+        for problem in chain_breaks(run_id, counted, head=head or GENESIS_HASH):  # type: ignore[arg-type]
+            check.breaks_total += 1
+            if len(check.breaks) < keep:
+                check.breaks.append(problem)
+        if matched:
+            # advance only once this run's group is consumed (groupby shares one iterator)
+            pending = next(grouped, None)
+    return check
+
+
+def _counting(events: Iterator[_EventRow], check: ChainCheck) -> Iterator[_EventRow]:
+    for event in events:
+        check.events += 1
+        yield event
+
+
+def _alert_raise(check: ChainCheck, *, now: datetime) -> ChainAlert:
+    breaks = [{"run": b.run_id, "event": b.seq, "problem": b.problem} for b in check.breaks]
+    fingerprint = sha256_hex(canonical_json(breaks))
+    message = (
+        f"Checkpoint refused: {check.breaks_total} break(s) in the hash chains, first in run "
+        f"{check.breaks[0].run_id} at event {check.breaks[0].seq} ({check.breaks[0].problem})."
+    )
+    with transaction.atomic():
+        alert = (
+            ChainAlert.objects.select_for_update()
+            .filter(fingerprint=fingerprint, acknowledged_at__isnull=True)
+            .first()
+        )
+        if alert is None:
+            alert = ChainAlert.objects.create(
+                fingerprint=fingerprint,
+                created_at=now,
+                last_seen_at=now,
+                message=message,
+                breaks=breaks,
+            )
+        else:
+            alert.last_seen_at = now
+            alert.times_seen += 1
+            alert.save(update_fields=["last_seen_at", "times_seen"])
+    return alert
+
+
+def _changed_heads() -> list[tuple[UUID, int, str]]:
+    """Runs whose current head no checkpoint has signed yet, ordered by run id."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT r.id, r.event_seq, r.event_head FROM runs_run r
+            WHERE r.event_seq > 0 AND NOT EXISTS (
+                SELECT 1 FROM audit_checkpointleaf l
+                WHERE l.run_id = r.id AND l.event_seq = r.event_seq)
+            ORDER BY r.id
+            """
+        )
+        return [(row[0], row[1], row[2]) for row in cursor.fetchall()]
+
+
+def checkpoint_create(*, actor: str = "system:checkpoint") -> CheckpointResult:
+    """Verify every chain, then write and sign the next checkpoint (or refuse and alert)."""
+    now = clock.now()
+    with transaction.atomic():
+        repeatable_read()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [CHECKPOINT_LOCK])
+            locked = cursor.fetchone()[0]
+        if not locked:
+            return CheckpointResult(None, ChainCheck(), refused="another checkpoint is running")
+        check = chains_verify()
+        if not check.breaks_total:
+            checkpoint = _checkpoint_write(check, actor=actor, now=now)
+    if check.breaks_total:
+        alert = _alert_raise(check, now=now)
+        return CheckpointResult(None, check, refused=alert.message, alert=alert)
+    return CheckpointResult(checkpoint, check)
+
+
+def _checkpoint_write(check: ChainCheck, *, actor: str, now: datetime) -> Checkpoint:
+    heads = _changed_heads()
+    leaves = [
+        merkle.leaf_hash(run_id=str(run_id), seq=seq, head=head) for run_id, seq, head in heads
+    ]
+    levels = merkle.tree_levels(leaves)
+    previous = Checkpoint.objects.order_by("-seq").first()
+    seq = previous.seq + 1 if previous else 1
+    prev = previous.hash if previous else GENESIS_HASH
+    root = merkle.tree_root(levels)
+    key_id = signing_key_id()
+    statement = {
+        "version": 1,
+        "seq": seq,
+        "prev": prev,
+        "at": now.isoformat(),
+        "root": root,
+        "leaves": len(leaves),
+        "runs": check.runs,
+        "events": check.events,
+        "key_id": key_id,
+    }
+    checkpoint = Checkpoint.objects.create(
+        seq=seq,
+        created_at=now,
+        prev_hash=prev,
+        hash=hashlib.sha256(canonical_json(statement)).hexdigest(),
+        root=root,
+        leaves=len(leaves),
+        runs_verified=check.runs,
+        events_verified=check.events,
+        key_id=key_id,
+        statement=statement,
+        signature=sign(statement),
+        created_by=actor,
+    )
+    for start in range(0, len(heads), LEAF_BATCH):
+        CheckpointLeaf.objects.bulk_create(
+            CheckpointLeaf(
+                checkpoint=checkpoint,
+                run_id=run_id,
+                event_seq=seq,
+                head=head,
+                position=position,
+                path=b"".join(merkle.inclusion_path(levels, position)),
+            )
+            for position, (run_id, seq, head) in enumerate(
+                heads[start : start + LEAF_BATCH], start=start
+            )
+        )
+    return checkpoint
+
+
+def alert_acknowledge(*, alert_id: int, user: Any, note: str) -> ChainAlert:
+    """An admin takes note of an alert (what was found, what was done); audited."""
+    from review.audit import audit_record
+    from runs.api_errors import ApplicationError
+
+    if not note.strip():
+        raise ApplicationError(
+            "validation_error",
+            "A note is required.",
+            status_code=400,
+            details={"note": ["Required."]},
+        )
+    with transaction.atomic():
+        alert = ChainAlert.objects.select_for_update().filter(pk=alert_id).first()
+        if alert is None:
+            raise ApplicationError("not_found", f"No alert {alert_id}.", status_code=404)
+        if alert.acknowledged_at is None:
+            alert.acknowledged_at = clock.now()
+            alert.acknowledged_by = user.get_username()
+            alert.acknowledged_note = note.strip()
+            alert.save()
+            audit_record(
+                actor=user,
+                action="audit.alert_acknowledge",
+                target=f"alert:{alert.pk}",
+                note=note,
+                details={"message": alert.message, "breaks": alert.breaks[:20]},
+            )
+        return alert

@@ -1,0 +1,40 @@
+from argparse import ArgumentParser
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from audit.verify import load_public_key, render_report, verify_export_file
+
+
+class Command(BaseCommand):
+    help = (
+        "Verify a JSONL export offline (no database needed): line order and count against the "
+        "signed trailer, every run's hash chain, and the signed checkpoints covering them. "
+        "Names the run and event of every break; exit 1 on any. Also runnable without Django "
+        "as `python -m audit.verify FILE --public-key KEY`."
+    )
+    requires_system_checks: list[str] = []
+    requires_migrations_checks = False
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("file", help="the .jsonl export")
+        parser.add_argument(
+            "--public-key",
+            required=True,
+            help="the signing public key: base64 of its 32 bytes, PEM, or a file holding either",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        path = Path(options["file"])
+        if not path.is_file():
+            raise CommandError(f"No file {path}.")
+        try:
+            public_key = load_public_key(options["public_key"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        report = verify_export_file(path, public_key)
+        for line in render_report(report):
+            self.stdout.write(line)
+        if not report.ok:
+            raise SystemExit(1)

@@ -1,0 +1,271 @@
+"""Audit pages: exports (streamed or queued), checkpoints and alerts, retention. Thin views."""
+
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    StreamingHttpResponse,
+)
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from audit.checkpoints import alert_acknowledge, checkpoint_create
+from audit.exports import (
+    ExportFilters,
+    export_content_type,
+    export_filters_parse,
+    export_job_create,
+    export_stream,
+)
+from audit.forms import AcknowledgeForm, ExportForm, RetentionForm
+from audit.models import ChainAlert, Checkpoint, ExportJob, ExportStatus
+from audit.permissions import can_export, is_admin
+from audit.retention import (
+    retention_candidates,
+    retention_policy_get,
+    retention_policy_update,
+    retention_purge,
+)
+from audit.signing import public_key_text, signing_key_id, signing_public_key
+from review.audit import audit_record
+from runs import clock
+from runs.api_errors import ApplicationError
+from runs.models import Run
+
+
+def _require(request: HttpRequest, allowed: bool) -> None:
+    if not allowed:
+        raise PermissionDenied("Exports are for auditors and admins.")
+
+
+def _stream(request: HttpRequest, *, filters: ExportFilters, format: str, label: str) -> Any:
+    stamp = clock.now().strftime("%Y%m%dT%H%M%SZ")
+    audit_record(
+        actor=request.user,
+        action="export.download",
+        target=label,
+        details={"format": format, "filters": filters.as_dict()},
+    )
+    response = StreamingHttpResponse(
+        export_stream(filters=filters, format=format), content_type=export_content_type(format)
+    )
+    # the name is built here from a timestamp and the format, never from what the user typed
+    response["Content-Disposition"] = f'attachment; filename="agentledger-{stamp}.{format}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _open_alerts() -> list[ChainAlert]:
+    return list(ChainAlert.objects.filter(acknowledged_at__isnull=True)[:10])
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def exports(request: HttpRequest) -> HttpResponseBase:
+    _require(request, can_export(request.user))
+    form = ExportForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        filters = export_filters_parse(
+            created_from=data["created_from"].isoformat() if data["created_from"] else None,
+            created_to=data["created_to"].isoformat() if data["created_to"] else None,
+            agent=data["agent"],
+            status=data["status"],
+        )
+        count = filters.queryset().count()
+        if count <= settings.AUDIT_EXPORT_SYNC_MAX_RUNS:
+            return _stream(request, filters=filters, format=data["format"], label="runs")
+        job = export_job_create(user=request.user, filters=filters, format=data["format"])
+        messages.info(request, f"{count} runs: the export runs in the background.")
+        return redirect("audit:export_job", job_id=job.pk)
+    jobs = ExportJob.objects.filter(created_by_id=request.user.pk)[:20]
+    return render(
+        request,
+        "audit/exports.html",
+        {
+            "form": form,
+            "jobs": jobs,
+            "alerts": _open_alerts(),
+            "sync_max": settings.AUDIT_EXPORT_SYNC_MAX_RUNS,
+            "ttl_hours": settings.AUDIT_EXPORT_TTL_HOURS,
+            "nav": "exports",
+            "is_admin": is_admin(request.user),
+        },
+        status=400 if request.method == "POST" else 200,
+    )
+
+
+def _own_job(request: HttpRequest, job_id: UUID) -> ExportJob:
+    _require(request, can_export(request.user))
+    job = get_object_or_404(ExportJob, pk=job_id)
+    if job.created_by_id != request.user.pk and not is_admin(request.user):
+        raise Http404("No such export.")
+    return job
+
+
+@login_required
+def export_job(request: HttpRequest, job_id: UUID) -> HttpResponse:
+    job = _own_job(request, job_id)
+    if request.htmx:  # type: ignore[attr-defined]
+        response = render(request, "audit/export_job.html#progress", {"job": job})
+        if job.status not in (ExportStatus.QUEUED, ExportStatus.RUNNING):
+            stop = HttpResponseStopPolling(response.content)
+            return stop
+        return response
+    return render(
+        request,
+        "audit/export_job.html",
+        {"job": job, "nav": "exports", "is_admin": is_admin(request.user)},
+    )
+
+
+@login_required
+def export_download(request: HttpRequest, job_id: UUID) -> FileResponse:
+    job = _own_job(request, job_id)
+    if job.status != ExportStatus.DONE or not job.path.is_file():
+        raise Http404("This export is not ready, or it has expired.")
+    audit_record(
+        actor=request.user, action="export.download", target=f"export:{job.pk}", details={}
+    )
+    return FileResponse(
+        job.path.open("rb"),
+        as_attachment=True,
+        filename=job.file_name,
+        content_type=export_content_type(job.format),
+    )
+
+
+@login_required
+def run_export(request: HttpRequest, run_id: UUID) -> HttpResponseBase:
+    _require(request, can_export(request.user))
+    get_object_or_404(Run, pk=run_id)
+    format = request.GET.get("format", "jsonl")
+    if format not in ("jsonl", "csv"):
+        raise Http404("Unknown format.")
+    filters = export_filters_parse(run_id=str(run_id))
+    return _stream(request, filters=filters, format=format, label=f"run:{run_id}")
+
+
+@login_required
+def checkpoints(request: HttpRequest) -> HttpResponse:
+    _require(request, can_export(request.user) or is_admin(request.user))
+    try:
+        public_key = public_key_text(signing_public_key())
+        key_id = signing_key_id()
+        key_error = ""
+    except Exception as exc:  # an unset key is shown, not a 500
+        public_key, key_id, key_error = "", "", str(exc)
+    return render(
+        request,
+        "audit/checkpoints.html",
+        {
+            "checkpoints": Checkpoint.objects.all()[:30],
+            "alerts": ChainAlert.objects.all()[:30],
+            "public_key": public_key,
+            "key_id": key_id,
+            "key_error": key_error,
+            "is_admin": is_admin(request.user),
+            "ack_form": AcknowledgeForm(),
+            "nav": "checkpoints",
+        },
+    )
+
+
+@login_required
+@require_POST
+def checkpoint_now(request: HttpRequest) -> HttpResponse:
+    _require(request, is_admin(request.user))
+    result = checkpoint_create(actor=f"user:{request.user.get_username()}")
+    if result.checkpoint is not None:
+        audit_record(
+            actor=request.user,
+            action="audit.checkpoint",
+            target=f"checkpoint:{result.checkpoint.seq}",
+            details={"hash": result.checkpoint.hash, "leaves": result.checkpoint.leaves},
+        )
+        messages.success(
+            request,
+            f"Checkpoint {result.checkpoint.seq} signed over {result.checkpoint.leaves} new heads.",
+        )
+    else:
+        messages.error(request, result.refused)
+    return redirect("audit:checkpoints")
+
+
+@login_required
+@require_POST
+def alert_ack(request: HttpRequest, alert_id: int) -> HttpResponse:
+    _require(request, is_admin(request.user))
+    form = AcknowledgeForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "A note is required to acknowledge an alert.")
+        return redirect("audit:checkpoints")
+    try:
+        alert_acknowledge(alert_id=alert_id, user=request.user, note=form.cleaned_data["note"])
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    return redirect("audit:checkpoints")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def retention(request: HttpRequest) -> HttpResponse:
+    _require(request, is_admin(request.user))
+    policy = retention_policy_get()
+    form = RetentionForm(
+        request.POST or None, initial={"enabled": policy.enabled, "keep_days": policy.keep_days}
+    )
+    if request.method == "POST" and "purge" in request.POST:
+        result = retention_purge(actor=request.user, force=True)
+        if result.refused:
+            messages.error(request, f"Nothing purged: {result.refused}")
+        else:
+            messages.success(
+                request,
+                f"Purged {result.purged} runs after signing checkpoint {result.checkpoint_seq}.",
+            )
+        return redirect("audit:retention")
+    if request.method == "POST" and form.is_valid():
+        with transaction.atomic():
+            retention_policy_update(
+                user=request.user,
+                enabled=form.cleaned_data["enabled"],
+                keep_days=form.cleaned_data["keep_days"],
+            )
+        messages.success(request, "Retention policy saved.")
+        return redirect("audit:retention")
+    purges = _recent_purges()
+    return render(
+        request,
+        "audit/retention.html",
+        {
+            "form": form,
+            "policy": policy,
+            "candidates": retention_candidates(),
+            "purges": purges,
+            "nav": "retention",
+            "is_admin": True,
+        },
+        status=400 if request.method == "POST" else 200,
+    )
+
+
+def _recent_purges() -> list[Any]:
+    from review.audit import AuditEntry
+
+    return list(
+        AuditEntry.objects.filter(action="retention.purge").only(
+            "at", "note", "actor_name", "target"
+        )[:20]
+    )
