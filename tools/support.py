@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank, SearchVector
-from django.core.mail import EmailMessage, get_connection
+from django.core.mail import EmailMessage
 from django.db.models import Q
 from rest_framework import serializers
 
@@ -22,7 +22,6 @@ from tools.models import KnowledgeArticle, OutboundEmail, Ticket, TicketComment,
 from tools.registry import StrictArguments, ToolContext, tool
 
 SEARCH_CONFIG = "english"
-EMAIL_TIMEOUT_SECONDS = 30
 
 
 def _ticket_json(ticket: Ticket) -> dict[str, Any]:
@@ -208,9 +207,6 @@ def email_send(arguments: dict[str, Any], context: ToolContext) -> dict[str, Any
         from_email=settings.DEFAULT_FROM_EMAIL,
         to=[arguments["to"]],
         headers=headers,
-        connection=get_connection(
-            timeout=getattr(settings, "EMAIL_TIMEOUT", None) or EMAIL_TIMEOUT_SECONDS
-        ),
     )
     message.send(fail_silently=False)
     return {"email": {"id": row.pk, "message_id": message_id}}

@@ -115,7 +115,7 @@ def tools_server(
     proc = _gunicorn(SERVER_PORT, workers=2, threads=4, env=_server_env())
     url = f"http://127.0.0.1:{SERVER_PORT}"
     try:
-        wait_for_http(f"{url}/api/v1/schema/", proc=proc)
+        wait_for_http(f"{url}/api/v1/tools/", proc=proc)
         yield url
     finally:
         _stop(proc)
@@ -132,7 +132,7 @@ def killable_server(
         proc = _gunicorn(KILLABLE_PORT, workers=1, threads=2, env=_server_env())
         started.append(proc)
         url = f"http://127.0.0.1:{KILLABLE_PORT}"
-        wait_for_http(f"{url}/api/v1/schema/", proc=proc)
+        wait_for_http(f"{url}/api/v1/tools/", proc=proc)
         return url, proc
 
     yield start

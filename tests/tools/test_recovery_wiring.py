@@ -1,0 +1,166 @@
+"""The journal's recovery asks the real key store (settings.LEDGER_KEY_STATE_LOOKUP), end to end.
+
+A write step `enforced_by: ledger` whose worker vanished after its intent: the key record decides,
+through the reaper and through a new lease after expiry alike.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from runs import services
+from runs.canonical import arguments_hash
+from runs.models import Event, Run, Step
+from tests.conftest import FakeClock
+from tools.idempotency import idempotency_reserve, idempotency_state_for_recovery
+from tools.models import OutboundEmail
+from tools.registry import tool_invoke
+
+pytestmark = pytest.mark.django_db
+
+EMAIL = {"to": "sam@example.com", "subject": "Your ticket", "body": "We fixed it."}
+
+
+def _write_intent(arguments: dict[str, Any], name: str = "email.send") -> tuple[Run, Step]:
+    run, _ = services.run_create(agent="support", input={}, actor="test")
+    grant = services.run_lease_acquire(run_id=run.pk, worker="w-1", ttl_seconds=30, actor="test")
+    result = services.step_intent_record(
+        run_id=run.pk,
+        epoch=grant.epoch,
+        index=0,
+        kind="tool",
+        name=name,
+        effect="write",
+        enforced_by="ledger",
+        arguments=arguments,
+        actor="test",
+    )
+    return run, result.step
+
+
+def _by_reaper(run: Run) -> None:
+    assert services.runs_reap_expired_leases() == 1
+
+
+def _by_new_lease(run: Run) -> None:
+    try:
+        services.run_lease_acquire(run_id=run.pk, worker="w-2", ttl_seconds=30, actor="test")
+    except Exception as exc:  # needs_review is a refusal; the recovery already happened
+        assert getattr(exc, "code", None) == "needs_review"
+
+
+RECOVERIES = [pytest.param(_by_reaper, id="reaper"), pytest.param(_by_new_lease, id="new-lease")]
+
+
+def _last_event(run: Run, type: str) -> Event:
+    return Event.objects.filter(run=run, type=type).latest("seq")
+
+
+def test_the_configured_lookup_is_the_tool_side() -> None:
+    assert settings.LEDGER_KEY_STATE_LOOKUP == "tools.idempotency.idempotency_state_for_recovery"
+
+
+@pytest.mark.parametrize("recover", RECOVERIES)
+def test_a_completed_key_makes_the_step_done_with_the_stored_result(
+    fake_clock: FakeClock, recover: Callable[[Run], None]
+) -> None:
+    run, step = _write_intent(EMAIL)
+    sent = tool_invoke(name="email.send", arguments=EMAIL, idempotency_key=step.idempotency_key)
+    assert sent.status_code == 200
+    # the worker dies before journalling the outcome; its lease runs out
+    fake_clock.advance(seconds=31)
+    recover(run)
+
+    step.refresh_from_db()
+    assert step.state == "done"
+    assert step.result == sent.body["result"]
+    event = _last_event(run, "reconciled")
+    assert event.payload["key_state"] == "completed"
+    assert event.payload["idempotency_key"] == step.idempotency_key
+    assert OutboundEmail.objects.count() == 1
+
+
+@pytest.mark.parametrize("recover", RECOVERIES)
+def test_an_absent_key_makes_the_step_interrupted(
+    fake_clock: FakeClock, recover: Callable[[Run], None]
+) -> None:
+    run, step = _write_intent(EMAIL)
+    fake_clock.advance(seconds=31)
+    recover(run)
+    step.refresh_from_db()
+    assert step.state == "interrupted"
+    assert _last_event(run, "step_interrupted").payload["key_state"] == "absent"
+
+
+@pytest.mark.parametrize("recover", RECOVERIES)
+def test_a_stale_in_progress_key_makes_the_step_unknown_and_the_run_wait_for_review(
+    fake_clock: FakeClock, recover: Callable[[Run], None]
+) -> None:
+    run, step = _write_intent(EMAIL)
+    idempotency_reserve(key=step.idempotency_key, tool="email.send", request_hash="0" * 64)
+    with override_settings(TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS=60):
+        fake_clock.advance(seconds=61)
+        recover(run)
+    step.refresh_from_db()
+    run.refresh_from_db()
+    assert step.state == "unknown"
+    assert run.status == "needs_review"
+    assert _last_event(run, "step_unknown").payload["key_state"] == "in_progress"
+
+
+def test_a_fresh_in_progress_key_is_interrupted_not_unknown(fake_clock: FakeClock) -> None:
+    run, step = _write_intent(EMAIL)
+    idempotency_reserve(key=step.idempotency_key, tool="email.send", request_hash="0" * 64)
+    with override_settings(TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS=600):
+        fake_clock.advance(seconds=31)
+        _by_reaper(run)
+    step.refresh_from_db()
+    assert step.state == "interrupted"
+
+
+def test_a_failed_key_makes_the_step_error_with_the_stored_failure(
+    fake_clock: FakeClock,
+) -> None:
+    arguments = {"ticket_id": 31337, "body": "hello"}
+    run, step = _write_intent(arguments, name="tickets.comment")
+    failed = tool_invoke(
+        name="tickets.comment", arguments=arguments, idempotency_key=step.idempotency_key
+    )
+    assert failed.status_code == 404
+    fake_clock.advance(seconds=31)
+    _by_reaper(run)
+    step.refresh_from_db()
+    assert step.state == "error"
+    assert step.result == failed.body
+    assert _last_event(run, "reconciled").payload["key_state"] == "failed"
+
+
+def test_a_supervisor_retry_lets_the_same_key_execute_again(fake_clock: FakeClock) -> None:
+    """unknown → retry: the stale key is taken over once, by the re-executed step, not before."""
+    run, step = _write_intent(EMAIL)
+    idempotency_reserve(
+        key=step.idempotency_key,
+        tool="email.send",
+        request_hash=arguments_hash(EMAIL),
+    )
+    with override_settings(TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS=60):
+        fake_clock.advance(seconds=61)
+        _by_reaper(run)
+        step.refresh_from_db()
+        assert step.state == "unknown"
+        with pytest.raises(Exception) as refused:
+            tool_invoke(name="email.send", arguments=EMAIL, idempotency_key=step.idempotency_key)
+        assert getattr(refused.value, "code", None) == "idempotency_in_progress"
+
+        fake_clock.advance(seconds=1)
+        services.step_resolve(
+            run_id=run.pk, index=0, action="retry", note="bounced, resend", by="sup"
+        )
+        fake_clock.advance(seconds=1)
+        sent = tool_invoke(name="email.send", arguments=EMAIL, idempotency_key=step.idempotency_key)
+    assert sent.status_code == 200 and sent.replayed is False
+    assert OutboundEmail.objects.count() == 1
+    assert idempotency_state_for_recovery(step.idempotency_key).state == "completed"
