@@ -83,7 +83,7 @@ def scale(request: pytest.FixtureRequest) -> Scale:
         )
     return Scale(
         soak=False,
-        schemathesis_examples=25,
+        schemathesis_examples=30,
         concurrent_intents=50,
         db_fault_workers=4,
         db_fault_steps=30,

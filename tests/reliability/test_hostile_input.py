@@ -326,6 +326,27 @@ def test_unknown_runs_and_paths_are_404_in_the_envelope(api: APIClient, db: Any,
     assert response.json()["error"]["code"] == "not_found"
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/runs/not-a-uuid/complete",
+        "/api/v1/runs/%F3%A9%87%BCI%5C/steps/",
+        "/api/v1/runs/00000000-0000-0000-0000-000000000000/steps/-1/outcome",
+        "/api/v1/nothing/here",
+    ],
+)
+def test_posts_to_unknown_api_paths_are_404_envelopes_not_csrf_pages(
+    api: APIClient, db: Any, path: str
+) -> None:
+    """Found by schemathesis: the catch-all answered a POST with Django's HTML CSRF 403."""
+    api.handler.enforce_csrf_checks = True
+    before = snapshot()
+    response = api.post(path, {"epoch": 1}, format="json")
+    assert response.status_code == 404, response.content[:200]
+    assert response.json()["error"]["code"] == "not_found"
+    assert snapshot() == before
+
+
 def test_writes_to_an_unknown_run_are_404_and_write_nothing(api: APIClient, db: Any) -> None:
     ghost = "00000000-0000-0000-0000-000000000000"
     before = snapshot()
