@@ -10,6 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group
 from django.core.mail import send_mail
@@ -114,7 +115,7 @@ def review_step_claim(*, user: AbstractBaseUser, run_id: UUID | str, index: int)
             and step.claim_expires_at is not None
             and step.claim_expires_at > now
         ):
-            holder = type(user)._default_manager.get(pk=step.claimed_by_id)
+            holder = get_user_model()._default_manager.get(pk=step.claimed_by_id)
             raise ApplicationError(
                 "claimed",
                 f"{holder.get_username()} already claimed this item "

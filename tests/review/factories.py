@@ -183,3 +183,28 @@ def finish_run_as_worker(run_id: Any, *, worker: str = "w-9") -> Run:
     return run_complete(
         run_id=run_id, epoch=grant.epoch, output={"ok": True}, actor=f"worker:{worker}"
     )
+
+
+def crash_looped_run(*, agent: str = "looper") -> Run:
+    """A run whose recovery budget is spent: in review with no unknown step."""
+    from runs.api_errors import ApplicationError
+    from runs.models import BudgetPolicy
+
+    BudgetPolicy.objects.get_or_create(
+        agent=agent,
+        defaults={
+            "name": f"{agent}-policy",
+            "max_steps": 20,
+            "max_tokens": 10_000,
+            "max_wall_seconds": 3600,
+            "max_recoveries": 0,
+        },
+    )
+    run, _ = run_create(agent=agent, input={}, actor="worker:w-1")
+    run_lease_acquire(run_id=run.pk, worker="w-1", ttl_seconds=5, actor="worker:w-1")
+    _lost_lease(run.pk, 5)
+    with pytest.raises(ApplicationError):
+        run_lease_acquire(run_id=run.pk, worker="w-2", ttl_seconds=5, actor="worker:w-2")
+    run.refresh_from_db()
+    assert (run.status, run.status_reason) == (RunStatus.NEEDS_REVIEW, "recoveries")
+    return run
