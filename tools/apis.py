@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 from runs.api_errors import ApplicationError
 from runs.apis import ErrorSerializer
 from runs.authentication import actor_of
-from tools.idempotency import REPLAYED_HEADER, idempotency_key_state
+from tools.idempotency import REPLAYED_HEADER, idempotency_key_state, key_is_well_formed
 from tools.registry import tool_invoke, tools_list
 
 
@@ -134,9 +134,20 @@ class IdempotencyKeyDetailApi(APIView):
     @extend_schema(
         operation_id="idempotency_retrieve",
         summary="What the tool side knows about a key",
-        responses={200: OutputSerializer, 401: _error("not_authenticated")},
+        responses={
+            200: OutputSerializer,
+            400: _error("validation_error: not a well-formed key"),
+            401: _error("not_authenticated"),
+        },
     )
     def get(self, request: Request, key: str) -> Response:
+        if not key_is_well_formed(key):
+            raise ApplicationError(
+                "validation_error",
+                "Not a well-formed idempotency key.",
+                status_code=400,
+                details={"key": ["1 to 400 visible ASCII characters, no spaces."]},
+            )
         return Response(idempotency_key_state(key=key))
 
 

@@ -110,6 +110,21 @@ def _is_stale(row: IdempotencyKey, now: datetime) -> bool:
     return row.state == KeyStatus.IN_PROGRESS and row.locked_at <= now - lock_timeout()
 
 
+def key_is_well_formed(key: str) -> bool:
+    return 0 < len(key) <= KEY_MAX_LENGTH and all("!" <= ch <= "~" for ch in key)
+
+
+def _outside_transactions() -> None:
+    """Reservation and completion must each commit on their own, or concurrent requests for the
+    key would not see the reservation: refuse to run inside a caller's transaction (a test
+    case's own wrapping transaction excepted)."""
+    if any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks):
+        raise RuntimeError(
+            "idempotency_run must not be called inside transaction.atomic(): the key's "
+            "reservation has to commit before the tool runs"
+        )
+
+
 def idempotency_key_validate(*, key: str | None) -> str:
     """A key is 1–400 visible ASCII characters (a journal key is `{run}:{index}:{name}:{hash}`)."""
     if key is None or key == "":
@@ -119,7 +134,7 @@ def idempotency_key_validate(*, key: str | None) -> str:
             status_code=400,
             details={"Idempotency-Key": ["Required for write tools."]},
         )
-    if len(key) > KEY_MAX_LENGTH or not all("!" <= ch <= "~" for ch in key):
+    if not key_is_well_formed(key):
         raise ApplicationError(
             "validation_error",
             "The Idempotency-Key is not valid.",
@@ -247,6 +262,7 @@ def idempotency_run(
     unique-constraint refusal happens before anything leaves the process).
     """
     key = idempotency_key_validate(key=key)
+    _outside_transactions()
     reserved = idempotency_reserve(
         key=key, tool=tool, request_hash=arguments_hash(arguments), actor=actor
     )

@@ -22,6 +22,7 @@ from tools.models import KnowledgeArticle, OutboundEmail, Ticket, TicketComment,
 from tools.registry import StrictArguments, ToolContext, tool
 
 SEARCH_CONFIG = "english"
+MAX_ID = 2**63 - 1  # a bigint primary key
 
 
 def _ticket_json(ticket: Ticket) -> dict[str, Any]:
@@ -133,7 +134,7 @@ def tickets_create(arguments: dict[str, Any], context: ToolContext) -> dict[str,
 
 
 class TicketsCommentArguments(StrictArguments):
-    ticket_id = serializers.IntegerField(min_value=1)
+    ticket_id = serializers.IntegerField(min_value=1, max_value=MAX_ID)
     body = serializers.CharField(max_length=20_000)
 
 
@@ -148,7 +149,7 @@ def tickets_comment(arguments: dict[str, Any], context: ToolContext) -> dict[str
 
 
 class TicketsCloseArguments(StrictArguments):
-    ticket_id = serializers.IntegerField(min_value=1)
+    ticket_id = serializers.IntegerField(min_value=1, max_value=MAX_ID)
     resolution = serializers.CharField(max_length=20_000)
 
 
@@ -175,7 +176,9 @@ class EmailSendArguments(StrictArguments):
     to = serializers.EmailField()
     subject = serializers.CharField(max_length=300)
     body = serializers.CharField(max_length=100_000)
-    ticket_id = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    ticket_id = serializers.IntegerField(
+        min_value=1, max_value=MAX_ID, required=False, allow_null=True
+    )
 
 
 def message_id_for(key: str) -> str:

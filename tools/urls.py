@@ -1,11 +1,14 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from tools import apis
 
 urlpatterns = [
     path("tools/", apis.ToolListApi.as_view(), name="tools-list"),
     path("tools/<str:name>/invoke", apis.ToolInvokeApi.as_view(), name="tools-invoke"),
-    path(
-        "idempotency/<path:key>", apis.IdempotencyKeyDetailApi.as_view(), name="idempotency-detail"
+    # any characters (slashes and even newlines), so a malformed key gets our 400, not a 404 page
+    re_path(
+        r"^idempotency/(?P<key>(?s:.+))$",
+        apis.IdempotencyKeyDetailApi.as_view(),
+        name="idempotency-detail",
     ),
 ]

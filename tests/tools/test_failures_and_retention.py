@@ -156,3 +156,12 @@ def test_the_self_hosting_helper_runs_a_function_once_per_key(db: Any) -> None:
         refund(idempotency_key=None, charge_id="ch_1", amount=500)
     assert missing.value.code == "idempotency_key_required"
     assert len(SENT) == 1
+
+
+def test_the_helper_refuses_to_run_inside_the_callers_transaction(db: Any) -> None:
+    """Inside an open transaction the reservation would be invisible to concurrent requests."""
+    from django.db import transaction
+
+    with pytest.raises(RuntimeError, match="inside transaction"), transaction.atomic():
+        noop_helper(idempotency_key="k-nested", payload=None)
+    assert not IdempotencyKey.objects.filter(key="k-nested").exists()

@@ -186,3 +186,10 @@ def test_key_state_endpoint_reports_absent_in_progress_completed_failed(
     assert failed["state"] == "failed"
     assert failed["status_code"] == 404
     assert failed["response"]["error"]["code"] == "ticket_not_found"
+
+
+def test_key_state_of_a_malformed_key_is_400(api: APIClient) -> None:
+    response = api.get("/api/v1/idempotency/has%20space")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "validation_error"
+    assert api.get("/api/v1/idempotency/nul%00byte").status_code == 400
