@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         parser.error(f"unknown part(s) {unknown}; choose from {PARTS}")
+    if "dashboard" in parts and "scaling" in parts:
+        # one pass grows the data through the tiers and measures both on the way
+        parts = [p for p in parts if p not in ("dashboard", "scaling")] + ["data"]
     tier = "smoke" if args.smoke else "quick" if args.quick else "full"
     os.environ.setdefault("SECRET_KEY", "bench-only-secret")
     results = Results(quick=tier != "full", tier=tier)
@@ -159,14 +162,16 @@ def _run_part(ctx: Ctx, part: str, workers: int, threads: int) -> None:
 
         with stack.gunicorn(workers=workers, threads=threads) as (url, _):
             part_gateway.run(ctx, url)
-    elif part == "dashboard":
-        from bench import part_dashboard
+    elif part in ("dashboard", "scaling", "data"):
+        from bench import part_data
 
-        part_dashboard.run(ctx, workers, threads)
-    elif part == "scaling":
-        from bench import part_scaling
-
-        part_scaling.run(ctx, workers, threads)
+        part_data.run(
+            ctx,
+            workers,
+            threads,
+            scaling=part in ("scaling", "data"),
+            dashboard=part in ("dashboard", "data"),
+        )
     _ = TIERS
 
 

@@ -23,6 +23,36 @@ import psycopg
 from bench.common import BENCH_DB, PG_HOST, PG_PORT, PG_USER, PORT_RANGE, ROOT, WORK, pg_url
 
 _STARTED: list[subprocess.Popen[bytes]] = []
+_TREE: Path | None = None
+
+
+def tree() -> Path:
+    """Where the served code comes from: a snapshot of the committed HEAD by default.
+
+    Several people edit this working tree at once; serving `git archive HEAD` makes a run
+    measure committed code (named in RESULTS.md), not someone's half-written file.
+    BENCH_TREE=worktree serves the working tree as it is (for trying a change before commit).
+    """
+    global _TREE
+    if _TREE is not None:
+        return _TREE
+    if os.environ.get("BENCH_TREE") == "worktree":
+        _TREE = ROOT
+        return _TREE
+    rev = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    target = WORK / f"tree-{rev[:12]}"
+    if not (target / "manage.py").exists():
+        target.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", "--format=tar", rev],
+            capture_output=True,
+            check=True,
+        )
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    _TREE = target
+    return _TREE
 
 
 def admin_connect(db: str = "postgres") -> psycopg.Connection[Any]:
@@ -61,7 +91,7 @@ def project_env(**extra: str) -> dict[str, str]:
 def manage(*args: str, check: bool = True) -> str:
     proc = subprocess.run(
         [sys.executable, "manage.py", *args],
-        cwd=ROOT,
+        cwd=tree(),
         env=project_env(),
         capture_output=True,
         text=True,
@@ -116,7 +146,7 @@ def spawn(args: list[str], *, log_name: str, env: dict[str, str] | None = None) 
     log: IO[bytes] = open(WORK / f"{log_name}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         args,
-        cwd=ROOT,
+        cwd=tree(),
         env=env or project_env(),
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -207,3 +237,16 @@ def gunicorn_command(workers: int, threads: int) -> str:
     return " ".join(gunicorn_args(8600, workers, threads)[1:]).replace(
         str(Path(sys.executable)), "python"
     )
+
+
+def ensure_policy(agent: str, *, max_steps: int, max_recoveries: int) -> None:
+    """A budget policy for a bench agent (room for many recoveries), written with SQL."""
+    with admin_connect(BENCH_DB) as conn:
+        conn.execute(
+            "INSERT INTO runs_budgetpolicy (name, agent, is_default, max_steps, max_tokens,"
+            " max_wall_seconds, max_cost_usd, max_recoveries, created_at, updated_at)"
+            " VALUES (%s, %s, false, %s, 1000000000, 86400, NULL, %s, now(), now())"
+            " ON CONFLICT (name) DO UPDATE SET max_steps = EXCLUDED.max_steps,"
+            " max_recoveries = EXCLUDED.max_recoveries",
+            (f"bench-{agent}", agent, max_steps, max_recoveries),
+        )

@@ -1,0 +1,172 @@
+"""Part 3: recovery — the lease+journal call alone, and the whole restart through the SDK."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+
+from bench import stack
+from bench.client import JournalDriver
+from bench.common import ROOT, Figure, payload_of
+from bench.context import Ctx
+
+AGENT = "bench-recovery"
+
+
+def prepare_run(driver: JournalDriver, steps: int = 20, size: int = 10_000) -> str:
+    """A run of `steps` done steps with ~`size`-byte results, its lease still held."""
+    run_id = driver.create(agent=AGENT)
+    epoch = driver.lease(run_id, worker="bench-holder")["epoch"]
+    payload = payload_of(size)
+    for i in range(steps):
+        if i % 2:
+            driver.write_intent(run_id, epoch, i, {"i": i})
+            driver.outcome(run_id, epoch, i, payload)
+        else:
+            driver.read_step(run_id, epoch, i, {"i": i}, payload)
+    return run_id
+
+
+def run(ctx: Ctx, base_url: str) -> None:
+    res = ctx.results
+    stack.ensure_policy(AGENT, max_steps=100, max_recoveries=100_000)
+    stack.ensure_policy("bench-restart", max_steps=100, max_recoveries=100_000)
+    reps, per_rep = ctx.size["reps"], ctx.size["recovery_reps"]
+    lease_fig = res.add(
+        Figure(
+            "lease+journal call, 20 steps × ~10 KB (recovery)",
+            "ms",
+            target="<= 15 ms p50",
+            target_value=15.0,
+            baseline="fsync'd INSERT + COMMIT (unit)",
+        )
+    )
+    journal_fig = res.add(
+        Figure(
+            "GET journal, 20 steps × ~10 KB",
+            "ms",
+            baseline="fsync'd INSERT + COMMIT (unit)",
+        )
+    )
+    driver = JournalDriver(base_url, ctx.token)
+    try:
+        ctx.log(f"recovery: lease+journal, {reps} × {per_rep}")
+        sizes = []
+        for _ in range(reps):
+            run_id = prepare_run(driver)
+            samples, jsamples = [], []
+            for _ in range(per_rep):
+                t0 = time.perf_counter()
+                grant = driver.lease(run_id, worker="bench-holder")
+                samples.append((time.perf_counter() - t0) * 1000)
+                assert len(grant["journal"]) == 20 and grant["recovered"]
+                t0 = time.perf_counter()
+                driver.journal(run_id)
+                jsamples.append((time.perf_counter() - t0) * 1000)
+            sizes.append(len(json.dumps(grant)))
+            lease_fig.add_rep(samples)
+            journal_fig.add_rep(jsamples)
+        res.extra["lease_response_bytes"] = sizes[-1]
+        res.note(
+            "recovery",
+            "Lease+journal: a run with 20 recorded steps (alternating read and write, ~10 KB result "
+            "each) whose holder restarts under the same worker name, so every lease takes the "
+            f"recovery path (recovery rules, epoch + 1, one recovery counted) and returns the journal "
+            f"({sizes[-1] / 1024:.0f} KiB of JSON).",
+        )
+    finally:
+        driver.close()
+    _restart(ctx, base_url)
+
+
+def _restart(ctx: Ctx, base_url: str) -> None:
+    """New worker process start → step 13 executing, through the SDK (when it has landed)."""
+    tree = stack.tree()
+    if not (tree / "agentledger" / "_run.py").exists():
+        ctx.results.note(
+            "recovery",
+            "- whole restart: the SDK (`agentledger/`) has not landed at the measured commit.",
+        )
+        return
+    res = ctx.results
+    fig = res.add(
+        Figure(
+            "whole restart: process start → step 13 executing",
+            "ms",
+            target="< 500 ms p50",
+            target_value=500.0,
+            baseline="fsync'd INSERT + COMMIT (unit)",
+        )
+    )
+    import_fig = res.add(Figure("  of which `import agentledger`", "ms"))
+    interp_fig = res.add(Figure("  of which interpreter start (python -c pass)", "ms"))
+    reps, per_rep = ctx.size["reps"], ctx.size["restart_reps"]
+    ctx.log(f"recovery: whole restart through the SDK, {reps} × {per_rep}")
+    env = stack.project_env(PYTHONPATH=str(tree))
+    script = str(ROOT / "bench" / "restart_agent.py")
+    for _ in range(reps):
+        samples, imports, interps = [], [], []
+        for _ in range(per_rep):
+            external_id = uuid.uuid4().hex[:12]
+            crash = subprocess.run(
+                [
+                    sys.executable,
+                    script,
+                    "crash",
+                    base_url,
+                    ctx.token,
+                    external_id,
+                ],
+                cwd=tree,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if crash.returncode != 137:
+                raise RuntimeError(f"crash phase exited {crash.returncode}: {crash.stderr[-800:]}")
+            t0 = time.time()
+            resume = subprocess.run(
+                [
+                    sys.executable,
+                    script,
+                    "resume",
+                    base_url,
+                    ctx.token,
+                    external_id,
+                ],
+                cwd=tree,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            lines = [
+                json.loads(line) for line in resume.stdout.splitlines() if line.startswith("{")
+            ]
+            step13 = next((line for line in lines if "step13_at" in line), None)
+            if step13 is None:
+                raise RuntimeError(
+                    f"resume never reached step 13: {resume.stdout[-500:]} {resume.stderr[-800:]}"
+                )
+            samples.append((step13["step13_at"] - t0) * 1000)
+            imports += [line["import_ms"] for line in lines if "import_ms" in line]
+            t1 = time.time()
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+            interps.append((time.time() - t1) * 1000)
+        fig.add_rep(samples)
+        import_fig.add_rep(imports)
+        interp_fig.add_rep(interps)
+    res.note(
+        "recovery",
+        "Whole restart: `bench/restart_agent.py crash` runs steps 0–12 through the SDK (read steps "
+        "as model calls, write steps as a key-honouring tool with ~10 KB results) and dies with "
+        "`os._exit` right after step 12 is journalled; then a **new** Python process "
+        "(`restart_agent.py resume`, same worker name: a pod restarted under its identity) imports "
+        "the SDK, attaches by external_id, takes the lease (recovery), replays steps 0–12 from the "
+        "journal without executing them, and reports the wall-clock time at which step 13's tool "
+        "starts. Measured from just before the parent's `Popen` to that moment.",
+    )
