@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from bench import stack
-from bench.common import BENCH, BENCH_DB, BENCH_VENV_PY, ROOT, Figure, machine_description
+from bench.common import BENCH, BENCH_DB, BENCH_VENV_PY, Figure, machine_description
 from bench.context import TIERS, Ctx
 from bench.results import Results
 
@@ -156,12 +156,11 @@ def _run_part(ctx: Ctx, part: str, workers: int, threads: int) -> None:
         with stack.gunicorn(workers=workers, threads=threads) as (url, _):
             part_recovery.run(ctx, url)
     elif part == "gateway":
-        if not (ROOT / "tools" / "registry.py").exists() and not _has_tools_urls():
+        if not (stack.tree() / "tools" / "registry.py").exists():
             raise PartSkipped("the tool gateway (tools/) has not landed")
         from bench import part_gateway
 
-        with stack.gunicorn(workers=workers, threads=threads) as (url, _):
-            part_gateway.run(ctx, url)
+        part_gateway.run(ctx, workers, threads)
     elif part in ("dashboard", "scaling", "data"):
         from bench import part_data
 
@@ -173,11 +172,6 @@ def _run_part(ctx: Ctx, part: str, workers: int, threads: int) -> None:
             dashboard=part in ("dashboard", "data"),
         )
     _ = TIERS
-
-
-def _has_tools_urls() -> bool:
-    text = (ROOT / "tools" / "urls.py").read_text()
-    return "invoke" in text
 
 
 if __name__ == "__main__":
