@@ -4,6 +4,7 @@ Every view checks its permission server-side (a hidden button is not a permissio
 requests get the page's partial ("page.html#name"); without JavaScript, forms post and redirect.
 """
 
+import unicodedata
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -57,6 +58,11 @@ def require_perm(codename: str) -> Callable[[View], View]:
     return decorate
 
 
+def _attempted_username(request: HttpRequest) -> str:
+    """The username as Django's login form reads it (NFKC, stripped), so variants share a lockout."""
+    return unicodedata.normalize("NFKC", str(request.POST.get("username", ""))).strip()
+
+
 def _client_ip(request: HttpRequest) -> str:
     return str(request.META.get("REMOTE_ADDR") or "0.0.0.0")  # noqa: S104
 
@@ -71,7 +77,7 @@ class LoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        username = str(request.POST.get("username", ""))
+        username = _attempted_username(request)
         until = services.login_locked_until(username=username, ip=_client_ip(request))
         if until is not None:
             form = self.get_form()
@@ -86,7 +92,7 @@ class LoginView(auth_views.LoginView):
         return super().post(request, *args, **kwargs)
 
     def form_invalid(self, form: Any) -> HttpResponse:
-        username = str(self.request.POST.get("username", ""))
+        username = _attempted_username(self.request)
         if username:
             services.login_failure_record(username=username, ip=_client_ip(self.request))
         return super().form_invalid(form)
