@@ -233,7 +233,8 @@ class Run:
         Without `fn` the tool runs on the ledger's gateway with the step's idempotency key
         (`enforced_by` ledger). With `fn`, your callable runs with `**arguments` (write steps
         also get `idempotency_key=` when it accepts it); say `enforced_by="tool"` when it
-        honours the key, `"nobody"` when it cannot (a crash inside it then goes to review).
+        honours the key, `"nobody"` when it cannot (a crash inside it then goes to review),
+        `"ledger"` only when it forwards the key to `run.gateway` (a wrapper around it).
         """
         args = _normalized(dict(arguments or {}), "arguments")
         if effect not in ("read", "write"):
@@ -247,12 +248,12 @@ class Run:
             enforced_by = "ledger"
         elif enforced_by is None:
             enforced_by = "tool" if _accepts_key(fn) else "nobody"
-        elif enforced_by == "ledger":
+        elif enforced_by == "ledger" and not _accepts_key(fn):
             raise ValueError(
-                "enforced_by='ledger' is for gateway tools; your own callable is 'tool' "
-                "(it honours the idempotency key) or 'nobody'"
+                "enforced_by='ledger' means your callable forwards idempotency_key to the "
+                "ledger's gateway (run.gateway); otherwise it is 'tool' or 'nobody'"
             )
-        elif enforced_by not in ("tool", "nobody"):
+        elif enforced_by not in ("ledger", "tool", "nobody"):
             raise ValueError("enforced_by must be 'ledger', 'tool' or 'nobody'")
 
         def execute(key: str | None) -> Any:

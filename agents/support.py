@@ -137,7 +137,7 @@ class SupportAgent:
                 return result
 
             # still the gateway with the step's key, so the ledger enforces it
-            return self.run.tool(name, arguments, enforced_by="tool", fn=gateway_then_crash)
+            return self.run.tool(name, arguments, enforced_by="ledger", fn=gateway_then_crash)
         return self.run.tool(name, arguments)
 
     def resolve(self) -> dict[str, Any]:

@@ -1,0 +1,172 @@
+"""Agent runs on a real Celery worker (Redis DB 2): a killed worker's task comes back and resumes."""
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from agents.support import ticket_input
+from agents.tasks import run_agent
+from config.celery import app
+from runs.models import Event, Run, Step
+from runs.services import runs_reap_expired_leases
+from tests.agents.conftest import REDIS_URL, AgentDesk, effects_for
+from tests.conftest import ROOT
+from tests.conftest import test_database_url as database_url
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def celery_on_db2() -> Iterator[None]:
+    """Point this process's Celery app at Redis DB 2 (our isolation), then back."""
+    previous = app.conf.broker_url
+    app.conf.update(broker_url=REDIS_URL)
+    assert app.conf.broker_url == REDIS_URL, "CELERY_BROKER_URL in the environment wins"
+    app._after_fork()  # type: ignore[attr-defined]  # drop pooled connections to the old broker
+    try:
+        yield
+    finally:
+        app.conf.update(broker_url=previous)
+        app._after_fork()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def start_worker(desk: AgentDesk) -> Iterator[Callable[..., tuple[subprocess.Popen[bytes], Path]]]:
+    """Start a real `celery worker` (prefork, one child) for the agents; stop it after the test."""
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    started: list[tuple[subprocess.Popen[bytes], Any]] = []
+
+    def start(**extra_env: str) -> tuple[subprocess.Popen[bytes], Path]:
+        name = f"agents-test-{uuid.uuid4().hex[:6]}"
+        log_path = ROOT / ".pytest_cache" / f"{name}.log"
+        log = open(log_path, "wb")  # noqa: SIM115
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("AGENT_CRASH", "AGENT_STOP"))
+        }
+        env.update(
+            {
+                "DATABASE_URL": database_url(),
+                "CELERY_BROKER_URL": REDIS_URL,
+                "LEDGER_URL": desk.url,
+                "LEDGER_TOKEN": desk.token,
+                **extra_env,
+            }
+        )
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "-l",
+                "info",
+                "-P",
+                "prefork",
+                "-c",
+                "1",
+                "-n",
+                f"{name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        started.append((proc, log))
+        deadline = time.monotonic() + 60
+        while b"ready." not in log_path.read_bytes():
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, "celery worker not ready in 60 s"
+            time.sleep(0.2)
+        return proc, log_path
+
+    yield start
+    for proc, log in started:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def create_run(desk: AgentDesk) -> tuple[str, str]:
+    ticket, customer = desk.new_ticket()
+    body = {
+        "agent": "support",
+        "input": ticket_input(ticket, customer=customer, subject="Charged twice", body="Refund?"),
+        "external_id": f"ticket:{ticket}",
+    }
+    response = httpx.post(
+        f"{desk.url}/api/v1/runs/", json=body, headers={"Authorization": f"Bearer {desk.token}"}
+    )
+    assert response.status_code == 201, response.text
+    return response.json()["id"], customer
+
+
+def wait_for_status(run_id: str, statuses: set[str], timeout: float = 120) -> Run:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = Run.objects.get(pk=run_id)
+        if run.status in statuses:
+            return run
+        time.sleep(0.3)
+    raise AssertionError(f"run {run_id} still {Run.objects.get(pk=run_id).status}")
+
+
+def test_celery_worker_killed_mid_run_is_redelivered_and_completes_from_the_journal(
+    desk: AgentDesk, start_worker: Callable[..., Any], celery_on_db2: None
+) -> None:
+    # the pool process running the task is SIGKILLed right after step 12 is journalled
+    _worker, log = start_worker(AGENT_CRASH_AFTER_STEP="12")
+    run_id, customer = create_run(desk)
+    run_agent.delay(run_id, "support")
+
+    run = wait_for_status(run_id, {"completed", "needs_review", "failed"})
+    text = log.read_text()
+    assert run.status == "completed", text
+    assert "crash hook: after step 12: SIGKILL" in text
+    assert "WorkerLostError" in text  # the child died; the task was rejected and redelivered
+    leases = list(Event.objects.filter(run=run, type="lease_acquired").order_by("seq"))
+    assert [e.payload["recovery"] for e in leases] == [False, True]
+    assert leases[1].payload["replayable_steps"] == 13
+    assert run.step_count == 20 and run.used_steps == 20
+    assert not Step.objects.filter(run=run, executions__gt=1).exists()
+    assert effects_for(desk, customer) == (1, 1, 1)
+
+
+def test_reaper_redispatches_an_interrupted_run_to_a_celery_worker(
+    desk: AgentDesk, start_worker: Callable[..., Any], celery_on_db2: None
+) -> None:
+    start_worker()
+    run_id, customer = create_run(desk)
+    # a worker leased it and vanished before doing anything (no task is queued for it)
+    lease = httpx.post(
+        f"{desk.url}/api/v1/runs/{run_id}/lease",
+        json={"worker": "vanished", "ttl_seconds": 5},
+        headers={"Authorization": f"Bearer {desk.token}"},
+    )
+    assert lease.status_code == 200
+    time.sleep(5.5)
+
+    # the beat task's service: interrupted -> run_resumable -> agents re-dispatch (after commit)
+    assert runs_reap_expired_leases() == 1
+    run = wait_for_status(run_id, {"completed", "needs_review", "failed"})
+    assert run.status == "completed"
+    types = list(Event.objects.filter(run=run).values_list("type", flat=True))
+    assert "lease_expired" in types
+    assert effects_for(desk, customer) == (1, 1, 1)
