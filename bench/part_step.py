@@ -59,11 +59,12 @@ def run(ctx: Ctx, base_url: str) -> None:
     res = ctx.results
     size = ctx.size
     reps, runs = size["reps"], size["step_runs"]
+    sizes = {"100B": 100} if ctx.tier == "smoke" else SIZES
     driver = JournalDriver(base_url, ctx.token)
     try:
         # warm the workers' connections and code paths
         _ledger_steps(driver, 100, 1, 1)
-        for label, nbytes in SIZES.items():
+        for label, nbytes in sizes.items():
             ctx.log(f"per-step: ledger over HTTP, {label}")
             measured = _ledger_steps(driver, nbytes, runs, reps)
             figs = {
@@ -89,7 +90,7 @@ def run(ctx: Ctx, base_url: str) -> None:
     finally:
         driver.close()
 
-    for label, nbytes in SIZES.items():
+    for label, nbytes in sizes.items():
         for which, title in (
             ("raw_insert", "raw fsync'd INSERT"),
             ("plain", "no ledger (plain function call)"),
