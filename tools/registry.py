@@ -68,20 +68,41 @@ class Tool:
         return dict(serializer.validated_data)
 
     def describe(self) -> dict[str, Any]:
-        fields = self.arguments().fields
+        """The tool as GET /api/v1/tools/ lists it, with a JSON-ish view of its arguments."""
         return {
             "name": self.name,
             "effect": self.effect,
             "description": self.description,
-            "arguments": {
-                name: {
-                    "type": type(f).__name__.removesuffix("Field").lower() or "any",
-                    "required": f.required,
-                    "help": str(f.help_text or ""),
-                }
-                for name, f in fields.items()
-            },
+            "arguments": {name: _describe_field(f) for name, f in self.arguments().fields.items()},
         }
+
+
+_FIELD_TYPES: list[tuple[type[serializers.Field], str]] = [
+    (serializers.EmailField, "email"),
+    (serializers.ChoiceField, "choice"),
+    (serializers.CharField, "string"),
+    (serializers.IntegerField, "integer"),
+    (serializers.FloatField, "number"),
+    (serializers.DecimalField, "decimal"),
+    (serializers.BooleanField, "boolean"),
+    (serializers.ListField, "list"),
+    (serializers.DictField, "object"),
+]
+
+
+def _describe_field(f: serializers.Field) -> dict[str, Any]:
+    kind = next((name for cls, name in _FIELD_TYPES if isinstance(f, cls)), "any")
+    described: dict[str, Any] = {"type": kind, "required": bool(f.required)}
+    if f.help_text:
+        described["help"] = str(f.help_text)
+    for attribute in ("max_length", "min_value", "max_value"):
+        if getattr(f, attribute, None) is not None:
+            described[attribute] = getattr(f, attribute)
+    if isinstance(f, serializers.ChoiceField):
+        described["choices"] = list(f.choices)
+    if not f.required and f.default is not serializers.empty and not callable(f.default):
+        described["default"] = f.default
+    return described
 
 
 _registry: dict[str, Tool] = {}
@@ -196,3 +217,16 @@ def tools_load_extra(modules: Iterable[str] | None = None) -> None:
     """Import the modules named in settings.TOOLS_EXTRA_MODULES (they register more tools)."""
     for module in settings.TOOLS_EXTRA_MODULES if modules is None else modules:
         importlib.import_module(module)
+
+
+__all__ = [
+    "StrictArguments",
+    "Tool",
+    "ToolContext",
+    "tool",
+    "tool_get",
+    "tool_invoke",
+    "tool_register",
+    "tool_unregister",
+    "tools_list",
+]

@@ -165,3 +165,12 @@ def test_the_helper_refuses_to_run_inside_the_callers_transaction(db: Any) -> No
     with pytest.raises(RuntimeError, match="inside transaction"), transaction.atomic():
         noop_helper(idempotency_key="k-nested", payload=None)
     assert not IdempotencyKey.objects.filter(key="k-nested").exists()
+
+
+def test_the_beat_task_prunes_through_the_service(fake_clock: FakeClock) -> None:
+    from tools.tasks import prune_idempotency_keys
+
+    noop_helper(idempotency_key="k-beat", payload=None)
+    fake_clock.advance(hours=73)
+    assert prune_idempotency_keys() == 1
+    assert not IdempotencyKey.objects.exists()

@@ -155,8 +155,11 @@ def test_tool_list_names_every_tool_with_its_effect(api: APIClient) -> None:
         "tickets.search": "read",
     }
     create = next(t for t in body["tools"] if t["name"] == "tickets.create")
-    assert create["arguments"]["customer"]["required"] is True
-    assert create["arguments"]["customer"]["type"] == "email"
+    assert create["arguments"]["customer"] == {"type": "email", "required": True}
+    assert create["arguments"]["subject"] == {"type": "string", "required": True, "max_length": 200}
+    search = next(t for t in body["tools"] if t["name"] == "tickets.search")
+    assert search["arguments"]["status"]["choices"] == ["open", "closed"]
+    assert search["arguments"]["limit"]["default"] == 20
 
 
 def test_a_read_tool_needs_no_key_and_records_none(invoke: Any) -> None:
