@@ -1,0 +1,90 @@
+"""The command-line side: export_runs, generate_signing_key, audit_checkpoint."""
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from audit.signing import private_key_parse, public_key_text
+from audit.testdata import runs_bulk_create
+from audit.verify import load_public_key, verify_export_file
+from tests.audit.conftest import PUBLIC_KEY
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "command", ["export_runs", "verify_export", "generate_signing_key", "audit_checkpoint"]
+)
+def test_every_command_has_help(command: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "manage.py", command, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "SECRET_KEY": "help"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_export_runs_writes_a_verifiable_file_with_a_progress_bar(
+    db: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    runs_bulk_create(runs=7, steps_per_run=2, agent="alpha")
+    runs_bulk_create(runs=3, steps_per_run=2, agent="beta")
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    out = tmp_path / "alpha.jsonl"
+    call_command("export_runs", "--agent", "alpha", "--output", str(out), stderr=io.StringIO())
+    assert "\r[" in terminal.getvalue() and "7/7 runs" in terminal.getvalue()
+    report = verify_export_file(out, load_public_key(PUBLIC_KEY))
+    assert report.ok and report.runs == 7
+    header = json.loads(out.read_bytes().splitlines()[0])
+    assert header["filters"]["agent"] == "alpha"
+
+    csv_out = tmp_path / "all.csv"
+    call_command("export_runs", "--format", "csv", "-o", str(csv_out), "--no-progress")
+    assert len(csv_out.read_text().splitlines()) == 1 + 10 * 2
+
+
+def test_export_runs_refuses_bad_filters_and_writes_nothing(db: Any, tmp_path: Path) -> None:
+    out = tmp_path / "x.jsonl"
+    with pytest.raises(CommandError, match="not a date"):
+        call_command("export_runs", "--from", "yesterday", "-o", str(out))
+    with pytest.raises(CommandError, match="status"):
+        call_command("export_runs", "--status", "happy", "-o", str(out))
+    assert not out.exists()
+
+
+def test_generate_signing_key_prints_a_working_pair(tmp_path: Path) -> None:
+    out = io.StringIO()
+    call_command("generate_signing_key", stdout=out)
+    lines = out.getvalue().splitlines()
+    private = lines[0].removeprefix("AUDIT_SIGNING_KEY=")
+    public = lines[1].removeprefix("public key: ")
+    assert public_key_text(private_key_parse(private).public_key()) == public
+    key_file = tmp_path / "key"
+    call_command("generate_signing_key", "--write", str(key_file), stdout=io.StringIO())
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(CommandError, match="refusing to overwrite"):
+        call_command("generate_signing_key", "--write", str(key_file), stdout=io.StringIO())
+
+
+def test_audit_checkpoint_command_signs(db: Any) -> None:
+    runs_bulk_create(runs=2, steps_per_run=1)
+    out = io.StringIO()
+    call_command("audit_checkpoint", stdout=out)
+    assert out.getvalue().startswith("checkpoint 1 signed: 2 new heads")
+    assert load_public_key(PUBLIC_KEY)  # the session key the checkpoint was signed with
