@@ -8,6 +8,7 @@ import email
 import email.message
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,10 +22,24 @@ from rest_framework.test import APIClient
 from tests.conftest import ROOT, test_database_url, wait_for_http
 from tests.tools import fixture_tools
 
-SERVER_PORT = 8101
-KILLABLE_PORT = 8102
-SMTP_PORT = 8125
+PORT_RANGE = range(8100, 8200)  # this suite's ports; a second session picks the next free ones
 BROKER_URL = "redis://127.0.0.1:6379/1"
+_taken: set[int] = set()
+
+
+def port_in_range() -> int:
+    """A free port from PORT_RANGE that this process has not handed out yet."""
+    for port in PORT_RANGE:
+        if port in _taken:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _taken.add(port)
+        return port
+    raise RuntimeError(f"no free port in {PORT_RANGE}")
 
 
 class SmtpRecorder:
@@ -32,6 +47,7 @@ class SmtpRecorder:
 
     def __init__(self, delay: float = 0.3) -> None:
         self.delay = delay
+        self.port = 0
         self.messages: list[email.message.Message] = []
         self._lock = threading.Lock()
 
@@ -49,7 +65,8 @@ class SmtpRecorder:
 @pytest.fixture(scope="session")
 def smtp_server() -> Iterator[SmtpRecorder]:
     recorder = SmtpRecorder()
-    controller = Controller(recorder, hostname="127.0.0.1", port=SMTP_PORT)
+    recorder.port = port_in_range()
+    controller = Controller(recorder, hostname="127.0.0.1", port=recorder.port)
     controller.start()
     try:
         yield recorder
@@ -57,7 +74,7 @@ def smtp_server() -> Iterator[SmtpRecorder]:
         controller.stop()
 
 
-def _server_env(**extra: str) -> dict[str, str]:
+def _server_env(smtp_port: int) -> dict[str, str]:
     return {
         **os.environ,
         "DATABASE_URL": test_database_url(),
@@ -65,9 +82,8 @@ def _server_env(**extra: str) -> dict[str, str]:
         "CELERY_BROKER_URL": BROKER_URL,
         "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
         "EMAIL_HOST": "127.0.0.1",
-        "EMAIL_PORT": str(SMTP_PORT),
+        "EMAIL_PORT": str(smtp_port),
         "TOOLS_EXTRA_MODULES": "tests.tools.server_tools",
-        **extra,
     }
 
 
@@ -112,8 +128,9 @@ def tools_server(
 
     Tests that talk to it must use `transactional_db` so what they write is committed.
     """
-    proc = _gunicorn(SERVER_PORT, workers=2, threads=4, env=_server_env())
-    url = f"http://127.0.0.1:{SERVER_PORT}"
+    port = port_in_range()
+    proc = _gunicorn(port, workers=2, threads=4, env=_server_env(smtp_server.port))
+    url = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(f"{url}/api/v1/tools/", proc=proc)
         yield url
@@ -129,9 +146,10 @@ def killable_server(
     started: list[subprocess.Popen] = []
 
     def start() -> tuple[str, subprocess.Popen]:
-        proc = _gunicorn(KILLABLE_PORT, workers=1, threads=2, env=_server_env())
+        port = port_in_range()
+        proc = _gunicorn(port, workers=1, threads=2, env=_server_env(smtp_server.port))
         started.append(proc)
-        url = f"http://127.0.0.1:{KILLABLE_PORT}"
+        url = f"http://127.0.0.1:{port}"
         wait_for_http(f"{url}/api/v1/tools/", proc=proc)
         return url, proc
 
