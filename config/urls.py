@@ -1,8 +1,25 @@
+import threading
+from typing import Any
+
 from django.contrib import admin
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView
+
+
+class SchemaView(SpectacularAPIView):
+    """The OpenAPI schema, generated one request at a time.
+
+    drf-spectacular resolves its extension classes lazily and not thread-safely; two threads of a
+    fresh gunicorn worker generating the schema at once could answer 500.
+    """
+
+    _generation_lock = threading.Lock()
+
+    def get(self, request: Any, *args: Any, **kwargs: Any) -> HttpResponse:
+        with self._generation_lock:
+            return super().get(request, *args, **kwargs)
 
 
 @csrf_exempt  # a POST to an unknown API path is a 404 envelope, not an HTML CSRF page
@@ -19,10 +36,10 @@ def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
 
 
 urlpatterns = [
-    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/schema/", SchemaView.as_view(), name="schema"),
     path("api/v1/", include("tools.urls")),
     path("api/v1/", include("runs.urls")),
-    re_path(r"^api/(?P<rest>.*)$", api_not_found),
+    re_path(r"^api/(?P<rest>[\s\S]*)$", api_not_found),
     path("django-admin/", admin.site.urls),
     path("audit/", include("audit.urls")),
     path("", include("review.urls")),
