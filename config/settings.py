@@ -253,7 +253,6 @@ EMAIL_HOST = os.environ.get("EMAIL_HOST", "127.0.0.1")
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
 # a hanging SMTP server must fail the send, not hold its idempotency key in progress until stale
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
-EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH") or None  # the filebased backend (demo)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "support@agentledger.local")
 
 # Budgets used when neither the agent nor the default BudgetPolicy exists.

@@ -1,21 +1,116 @@
-"""The demo's story: support-agent runs that complete, one evicted at step 12 that recovers from
-the journal, one killed inside an email.send the ledger cannot see into, one stopped by its token
-budget; then a summary read from the database.
+"""The demo's story, played by the real product: support-agent runs that complete, one whose
+worker is evicted (SIGKILL) right after step 12 and recovers from the journal, one killed inside
+an `email.send` the ledger cannot see into (it waits in the review queue as "maybe sent"), and one
+stopped by its token budget. Then a summary read back from the database and the mail catcher.
 
-Imported by scripts/demo.py after Django is set up. It only reports what really happened: a part
-of the product that is not there yet is named as missing, never simulated.
+Imported by scripts/demo.py once Django is set up and the web server, worker and beat run. Runs
+go through the same paths a deployment uses: the Celery task `agents.run_agent` for the ordinary
+ones, and the agent's CLI (`python -m agents.support`) as stand-alone worker processes ("pods")
+for the ones whose process gets killed. Nothing is simulated: a part of the product that is not
+there yet is named as missing and the story stops.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+import json
+import mailbox
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from demo import Supervisor
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = ROOT / ".demo"
+ROUND_FILE = STATE / "story-round"
+RUN_TIMEOUT_SECONDS = 240.0
+EVICT_AFTER_STEP = 12
+POD_LEASE_TTL = 15
 
 NEEDED = {
+    "agentledger": "the worker SDK (issue 4)",
     "agents.support": "the support agent and its CLI (issue 4)",
     "agents.tasks": "the Celery task that runs agents (issue 4)",
-    "tools.services": "the tool side: tickets, outbound email, idempotency keys (issue 3)",
+    "tools.support": "the support tools: tickets, outbound email (issue 3)",
+    "review.views": "the review dashboard (issue 5)",
 }
+
+# A pasted log: the customer's ticket is long enough that answering it would cost more tokens
+# than the support policy allows (the scripted model counts words as tokens).
+PASTED_LOG = " ".join(
+    f"2026-03-0{1 + i % 9}T10:{i % 60:02d}:00Z payment-gateway WARN retry {i} for invoice INV-{4000 + i}"
+    " card declined code 51 insufficient funds"
+    for i in range(160)
+)
+
+
+@dataclass(frozen=True)
+class Ticket:
+    number: int
+    role: str  # completes | evicted | maybe_sent | budget
+    customer: str
+    subject: str
+    body: str
+
+
+def story_tickets(round_no: int) -> list[Ticket]:
+    """Six inbound tickets; ids and addresses are per round so a second start tells its own story."""
+
+    def customer(name: str) -> str:
+        return f"{name}@example.com" if round_no == 1 else f"{name}+r{round_no}@example.com"
+
+    return [
+        Ticket(
+            1,
+            "completes",
+            customer("ada"),
+            "Charged twice for my March invoice",
+            "My card was charged twice for invoice INV-2291. Please refund one charge.",
+        ),
+        Ticket(
+            2,
+            "completes",
+            customer("grace"),
+            "Cannot reset my password",
+            "The reset link in your email says it has expired every time I click it.",
+        ),
+        Ticket(
+            3,
+            "completes",
+            customer("linus"),
+            "Export to CSV is missing columns",
+            "The CSV export of my orders has no shipping address column since last week.",
+        ),
+        Ticket(
+            4,
+            "evicted",
+            customer("margaret"),
+            "Order arrived damaged",
+            "The monitor I ordered (order 55120) arrived with a cracked screen. I want a replacement.",
+        ),
+        Ticket(
+            5,
+            "maybe_sent",
+            customer("alan"),
+            "Invoice address is wrong",
+            "My invoices still show my old address in Leeds. Please update it to Manchester.",
+        ),
+        Ticket(
+            6,
+            "budget",
+            customer("barbara"),
+            "Payments keep failing, full log attached",
+            "Every payment fails. Here is the whole log from our side: " + PASTED_LOG,
+        ),
+    ]
+
+
+def ticket_id(round_no: int, ticket: Ticket) -> str:
+    return f"T-{round_no}{ticket.number:03d}"
 
 
 def missing_parts() -> list[str]:
@@ -30,10 +125,357 @@ def missing_parts() -> list[str]:
     return missing
 
 
-def run_story(*, sup: Any, env: dict[str, str], url: str, started: float) -> None:
+def next_round() -> int:
+    round_no = int(ROUND_FILE.read_text()) + 1 if ROUND_FILE.exists() else 1
+    ROUND_FILE.write_text(str(round_no))
+    return round_no
+
+
+# --------------------------------------------------------------------------------------------
+# agent worker processes ("pods")
+
+
+@dataclass
+class PodResult:
+    returncode: int
+    outcome: dict[str, Any] | None
+    started_at: float  # wall clock, just before the process was started
+    ended_at: float
+    log: Path
+
+
+def pod_argv(tid: str, ticket: Ticket, *, worker: str, email_enforced_by: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "agents.support",
+        "--ticket",
+        tid,
+        "--customer",
+        ticket.customer,
+        "--subject",
+        ticket.subject,
+        "--body",
+        ticket.body,
+        "--worker",
+        worker,
+        "--ttl",
+        str(POD_LEASE_TTL),
+        "--email-enforced-by",
+        email_enforced_by,
+    ]
+
+
+def last_json_line(path: Path) -> dict[str, Any] | None:
+    for line in reversed(path.read_text(errors="replace").splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def pod_run(
+    sup: Supervisor, *, name: str, argv: list[str], env: dict[str, str], timeout: float
+) -> PodResult:
+    log = STATE / "logs" / f"{name}.log"
+    log.unlink(missing_ok=True)
+    started_at = time.time()
+    child = sup.start_transient(name=name, argv=argv, env=env, log=log)
+    deadline = time.monotonic() + timeout
+    while child.alive():
+        if time.monotonic() > deadline:
+            child.stop()
+            break
+        sup.sleep(0.05)
+    assert child.proc is not None
+    code = child.proc.returncode if child.proc.returncode is not None else -1
+    return PodResult(code, last_json_line(log), started_at, time.time(), log)
+
+
+# --------------------------------------------------------------------------------------------
+# the story
+
+
+@dataclass
+class Story:
+    round_no: int
+    url: str
+    run_ids: dict[int, str] = field(default_factory=dict)
+    pods: dict[str, PodResult] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def dispatch_through_celery(story: Story, tickets: list[Ticket]) -> None:
+    """Create the runs (as an inbox integration would) and queue them for the Celery worker."""
+    import config.celery  # noqa: F401 (the Celery app, configured from settings)
+    from agents.tasks import run_agent
+    from runs.services import run_create
+
+    for ticket in tickets:
+        tid = ticket_id(story.round_no, ticket)
+        run, _ = run_create(
+            agent="support",
+            input={
+                "ticket": {
+                    "id": tid,
+                    "customer": ticket.customer,
+                    "subject": ticket.subject,
+                    "body": ticket.body,
+                }
+            },
+            external_id=f"ticket:{tid}",
+            actor="scripts/demo",
+        )
+        story.run_ids[ticket.number] = str(run.id)
+        run_agent.delay(str(run.id), "support")
+
+
+def play_evicted(sup: Supervisor, story: Story, ticket: Ticket, env: dict[str, str]) -> None:
+    """A pod killed with SIGKILL right after step 12, replaced at once under the same worker
+    name (as an orchestrator restarts a pod): it replays 0-12 from the journal and goes on."""
+    tid = ticket_id(story.round_no, ticket)
+    argv = pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by="ledger")
+    crash_env = {**env, "AGENT_CRASH_AFTER_STEP": str(EVICT_AFTER_STEP)}
+    first = pod_run(sup, name=f"pod-{tid}-1", argv=argv, env=crash_env, timeout=120)
+    story.pods["evicted-1"] = first
+    if first.returncode != -9:
+        story.problems.append(
+            f"{tid}: the pod was to be killed after step {EVICT_AFTER_STEP}, "
+            f"but it ended with status {first.returncode} (see {first.log.relative_to(ROOT)})"
+        )
+    second = pod_run(sup, name=f"pod-{tid}-2", argv=argv, env=env, timeout=120)
+    story.pods["evicted-2"] = second
+    if second.outcome:
+        story.run_ids[ticket.number] = str(second.outcome.get("run_id"))
+
+
+def play_maybe_sent(sup: Supervisor, story: Story, ticket: Ticket, env: dict[str, str]) -> None:
+    """A pod that sends the email itself over SMTP (enforced_by nobody: the ledger cannot ask
+    the mail server whether it went out) and is killed inside the send. Its replacement finds
+    the step's intent without an outcome: unknown, so the run goes to the review queue."""
+    tid = ticket_id(story.round_no, ticket)
+    argv = pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by="nobody")
+    crash_env = {**env, "AGENT_CRASH_INSIDE": "email.send"}
+    first = pod_run(sup, name=f"pod-{tid}-1", argv=argv, env=crash_env, timeout=120)
+    story.pods["maybe-sent-1"] = first
+    if first.returncode != -9:
+        story.problems.append(
+            f"{tid}: the pod was to be killed inside email.send, but it ended with status "
+            f"{first.returncode} (see {first.log.relative_to(ROOT)})"
+        )
+    second = pod_run(sup, name=f"pod-{tid}-2", argv=argv, env=env, timeout=120)
+    story.pods["maybe-sent-2"] = second
+    if second.outcome:
+        story.run_ids[ticket.number] = str(second.outcome.get("run_id"))
+
+
+def wait_final(sup: Supervisor, story: Story, numbers: list[int]) -> None:
+    from runs.constants import LIVE_STATUSES
+    from runs.models import Run
+
+    ids = [story.run_ids[n] for n in numbers if n in story.run_ids]
+    deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        live = Run.objects.filter(pk__in=ids, status__in=list(LIVE_STATUSES)).count()
+        if live == 0:
+            return
+        sup.sleep(0.3)
+    story.problems.append(
+        f"some Celery-run tickets were still live after {RUN_TIMEOUT_SECONDS:.0f}s "
+        "(see .demo/logs/worker.log)"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# the summary: everything below is read back from the database and the mail catcher
+
+
+def mail_count(to: str) -> int:
+    box = mailbox.Maildir(STATE / "mail", create=False)
+    count = 0
+    for message in box:
+        if to in (message.get("To") or ""):
+            count += 1
+    return count
+
+
+def run_facts(run_id: str, customer: str) -> dict[str, Any]:
+    from django.db.models import Sum
+
+    from runs.models import Event, Run, Step
+    from tools.models import OutboundEmail, Ticket
+
+    run = Run.objects.get(pk=run_id)
+    events = list(Event.objects.filter(run=run).order_by("seq"))
+    recoveries = [e for e in events if e.type == "lease_acquired" and e.payload.get("recovery")]
+    unknown = list(Step.objects.filter(run=run, state="unknown").values("index", "name"))
+    usage = Step.objects.filter(run=run).aggregate(
+        i=Sum("usage_input_tokens"), o=Sum("usage_output_tokens")
+    )
+    budget_event = next((e for e in reversed(events) if e.type == "budget_exceeded"), None)
+    return {
+        "run_id": run_id,
+        "customer": customer,
+        "status": run.status,
+        "steps": run.step_count,
+        "tokens": run.used_tokens,
+        "token_limit": run.limit_tokens,
+        "step_tokens": (usage["i"] or 0) + (usage["o"] or 0),
+        "recoveries": run.used_recoveries,
+        "replayed_steps": sum(int(e.payload.get("replayable_steps", 0)) for e in recoveries),
+        "reconciled": sum(1 for e in events if e.type == "reconciled"),
+        "unknown_steps": unknown,
+        "budget_limit": budget_event.payload if budget_event else None,
+        "tickets": Ticket.objects.filter(customer=customer).count(),
+        "emails": OutboundEmail.objects.filter(to=customer).count(),
+        "mail_received": mail_count(customer),
+        "write_steps_replayed": list(
+            Step.objects.filter(
+                run=run,
+                effect="write",
+                index__lt=max(
+                    (int(e.payload.get("replayable_steps", 0)) for e in recoveries), default=0
+                ),
+            )
+            .order_by("index")
+            .values_list("name", flat=True)
+        ),
+    }
+
+
+def summarise(story: Story, tickets: list[Ticket], started: float) -> dict[str, Any]:
+    runs = {}
+    for ticket in tickets:
+        run_id = story.run_ids.get(ticket.number)
+        if run_id:
+            runs[ticket.role + ("" if ticket.role != "completes" else f"-{ticket.number}")] = {
+                "ticket": ticket_id(story.round_no, ticket),
+                **run_facts(run_id, ticket.customer),
+            }
+    recovery: dict[str, Any] = {}
+    first, second = story.pods.get("evicted-1"), story.pods.get("evicted-2")
+    if first and second and second.outcome and second.outcome.get("first_executed_at"):
+        step_at = float(second.outcome["first_executed_at"])
+        recovery = {
+            "first_executed_step": second.outcome.get("first_executed_step"),
+            "process_start_to_step_seconds": round(step_at - second.started_at, 3),
+            "kill_to_step_seconds": round(step_at - first.ended_at, 3),
+            "lease_and_journal_seconds": second.outcome.get("enter_seconds"),
+            "replayed": second.outcome.get("replayed"),
+            "executed": second.outcome.get("executed"),
+        }
+    return {
+        "round": story.round_no,
+        "url": story.url,
+        "seconds_from_command": round(time.time() - started, 1),
+        "runs": runs,
+        "recovery": recovery,
+        "problems": story.problems,
+        "review_queue": f"{story.url}/queue/",
+    }
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    def out(line: str = "") -> None:
+        print(line, flush=True)
+
+    runs = summary["runs"]
+    url = summary["url"]
+    out()
+    out(f"The story (round {summary['round']}): {len(runs)} support-agent runs")
+    for key, facts in runs.items():
+        tokens = f"{facts['tokens']:,}/{facts['token_limit']:,} tokens"
+        line = f"  {facts['ticket']}  {facts['customer']:<26} {facts['status']:<16} {facts['steps']:>2} steps  {tokens}"
+        out(line)
+        if key == "evicted":
+            out(
+                f"      worker SIGKILLed after step {EVICT_AFTER_STEP}; its replacement replayed "
+                f"{facts['replayed_steps']} steps from the journal and went on: "
+                f"{plural(facts['tickets'], 'ticket')}, {plural(facts['emails'], 'email')} sent "
+                f"({facts['mail_received']} received by the mail catcher)"
+            )
+        elif key == "maybe_sent":
+            steps = ", ".join(f"step {s['index']} {s['name']}" for s in facts["unknown_steps"])
+            out(
+                f"      killed inside email.send (enforced_by nobody): {steps or 'no step'} is "
+                f"unknown, maybe sent ({facts['mail_received']} message reached the mail "
+                "catcher); a person decides"
+            )
+        elif key == "budget":
+            limit = facts["budget_limit"] or {}
+            out(
+                f"      stopped by its {limit.get('limit', '?')} budget after step "
+                f"{facts['steps'] - 1}: {facts['tokens']:,} of {facts['token_limit']:,} used; "
+                f"{plural(facts['tickets'], 'ticket')} and {plural(facts['emails'], 'email')} "
+                "for this customer"
+            )
+    evicted = runs.get("evicted")
+    if evicted:
+        prevented = evicted["replayed_steps"] + evicted["reconciled"]
+        writes = ", ".join(evicted["write_steps_replayed"]) or "none"
+        out(
+            f"Duplicates prevented: {prevented} steps not redone after the eviction, "
+            f"{len(evicted['write_steps_replayed'])} of them side effects ({writes})"
+        )
+    recovery = summary["recovery"]
+    if recovery:
+        lease = recovery.get("lease_and_journal_seconds")
+        lease_text = f" (attach + lease + journal: {lease * 1000:.0f} ms)" if lease else ""
+        out(
+            f"Recovery: new worker process start -> step {recovery['first_executed_step']} "
+            f"executing in {recovery['process_start_to_step_seconds']:.2f} s{lease_text} "
+            f"(kill -> step {recovery['first_executed_step']}: {recovery['kill_to_step_seconds']:.2f} s)"
+        )
+    for problem in summary["problems"]:
+        out(f"PROBLEM: {problem}")
+    if evicted:
+        out(f"Transcript of the evicted run: {url}/runs/{evicted['run_id']}/")
+    out(f"Story told {summary['seconds_from_command']:.1f}s after the command.")
+    out(f"Review queue: {summary['review_queue']}  (log in as supervisor)")
+    out()
+
+
+def run_story(*, sup: Supervisor, env: dict[str, str], url: str, started: float) -> None:
     missing = missing_parts()
     if missing:
         print("The story cannot run yet; these parts are not there:", flush=True)
         for line in missing:
             print(f"    {line}", flush=True)
         return
+    from django.db import connections
+
+    story = Story(round_no=next_round(), url=url)
+    tickets = story_tickets(story.round_no)
+    by_role = {t.role: t for t in tickets}
+    print(
+        f"==> the story (round {story.round_no}): 4 tickets to the Celery worker, "
+        "2 to agent worker processes that get killed",
+        flush=True,
+    )
+    celery_tickets = [t for t in tickets if t.role in ("completes", "budget")]
+    dispatch_through_celery(story, celery_tickets)
+    print(
+        f"==> {ticket_id(story.round_no, by_role['evicted'])}: a worker process evicted "
+        f"(SIGKILL) after step {EVICT_AFTER_STEP}, then replaced",
+        flush=True,
+    )
+    play_evicted(sup, story, by_role["evicted"], env)
+    print(
+        f"==> {ticket_id(story.round_no, by_role['maybe_sent'])}: a worker process killed "
+        "inside email.send, then replaced",
+        flush=True,
+    )
+    play_maybe_sent(sup, story, by_role["maybe_sent"], env)
+    wait_final(sup, story, [t.number for t in celery_tickets])
+    summary = summarise(story, tickets, started)
+    (STATE / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    connections.close_all()
+    print_summary(summary)

@@ -1,0 +1,287 @@
+"""The newcomer's first ten minutes: `scripts/demo` in a clean clone tells the whole story and
+leaves nothing running after Ctrl-C; every command the README mentions answers --help.
+
+The clone reuses this virtualenv's packages through DEMO_VENV (a fresh install takes minutes;
+scripts/demo creates the clone's own .venv on top of them, installing nothing) and forces the
+no-install broker (Kombu's filesystem transport), the path a machine without Redis takes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import mailbox
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import psycopg
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SUMMARY_TIMEOUT = 300.0  # seconds from start to the printed summary (about 30 s on a quiet machine)
+STOP_TIMEOUT = 90.0
+
+
+def demo_port() -> int:
+    """A free port from the top of the demo's range (the embedded services take the bottom)."""
+    for port in range(8599, 8549, -1):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 8550-8599")
+
+
+class Output:
+    """The demo's terminal output, read line by line in the background."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._proc = proc
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = re.search(pattern, self.text, re.MULTILINE)
+            if match:
+                return match
+            if self._proc.poll() is not None:
+                self._thread.join(timeout=5)
+                match = re.search(pattern, self.text, re.MULTILINE)
+                if match:
+                    return match
+                raise AssertionError(
+                    f"scripts/demo exited with {self._proc.returncode} before {pattern!r}:\n"
+                    + self.text
+                )
+            time.sleep(0.2)
+        raise AssertionError(f"no {pattern!r} within {timeout:.0f}s; output so far:\n{self.text}")
+
+
+def processes_of(clone: Path) -> list[psutil.Process]:
+    """Every process on the machine whose command line or working directory is in the clone."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            cwd = proc.info["cwd"] or ""
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if str(clone) in cmdline or cwd.startswith(str(clone)):
+            found.append(proc)
+    return found
+
+
+@pytest.fixture
+def clean_clone(tmp_path: Path) -> Iterator[Path]:
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    yield clone
+    for proc in processes_of(clone):  # only if the test failed half-way
+        proc.kill()
+
+
+def demo_env(port: int) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in {
+            "DATABASE_URL",
+            "CELERY_BROKER_URL",
+            "LEDGER_URL",
+            "LEDGER_TOKEN",
+            "SECRET_KEY",
+            "DJANGO_SETTINGS_MODULE",
+            "PYTHONPATH",
+            "VIRTUAL_ENV",
+            "EMAIL_BACKEND",
+            "EMAIL_HOST",
+            "EMAIL_PORT",
+        }
+        and not k.startswith(("AGENT_", "PYTEST_"))
+    }
+    return {**env, "DEMO_PORT": str(port), "DEMO_VENV": sys.prefix, "DEMO_BROKER": "filesystem"}
+
+
+def log_in(client: httpx.Client, url: str, username: str, password: str) -> None:
+    page = client.get(f"{url}/login/")
+    assert page.status_code == 200, page.text[:500]
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert csrf, "the login page has a CSRF token"
+    response = client.post(
+        f"{url}/login/",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": csrf.group(1)},
+        headers={"Referer": f"{url}/login/"},
+    )
+    assert response.status_code == 302, f"login as {username} failed: {response.text[:500]}"
+
+
+@pytest.mark.slow
+def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running(
+    clean_clone: Path,
+) -> None:
+    port = demo_port()
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [str(clean_clone / "scripts" / "demo")],
+        cwd=clean_clone,
+        env=demo_env(port),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    out = Output(proc)
+    try:
+        out.wait_for(r"^Review queue: ", SUMMARY_TIMEOUT)
+        print(f"scripts/demo: summary {time.monotonic() - started:.1f}s after the start")
+        print(out.text)
+        assert "PROBLEM" not in out.text
+        url = out.wait_for(r"^Agent Ledger is running at (http://\S+)/$", 1).group(1)
+        assert url == f"http://127.0.0.1:{port}"
+        password = out.wait_for(r"^\s+supervisor\s+(\S+)\s+\(supervisors\)$", 1).group(1)
+        token = out.wait_for(r"^Worker token \(Authorization: Bearer …\): (\S+)$", 1).group(1)
+        database_url = out.wait_for(r"^\s+(postgres://\S+)$", 1).group(1)
+        summary: dict[str, Any] = json.loads((clean_clone / ".demo" / "summary.json").read_text())
+        runs = summary["runs"]
+
+        with httpx.Client(timeout=10) as client:
+            # the API answers with the printed token (and refuses without one)
+            evicted = runs["evicted"]
+            assert client.get(f"{url}/api/v1/runs/{evicted['run_id']}/").status_code == 401
+            auth = {"Authorization": f"Bearer {token}"}
+            run = client.get(f"{url}/api/v1/runs/{evicted['run_id']}/", headers=auth)
+            assert run.status_code == 200, run.text
+            assert run.json()["status"] == "completed"
+            journal = client.get(f"{url}/api/v1/runs/{evicted['run_id']}/journal", headers=auth)
+            assert journal.status_code == 200
+            steps = journal.json()["steps"]
+            writes = [(s["name"], s["state"]) for s in steps if s["effect"] == "write"]
+            assert writes.count(("tickets.create", "done")) == 1
+            assert writes.count(("email.send", "done")) == 1
+            recoveries = [
+                e
+                for e in journal.json()["events"]
+                if e["type"] == "lease_acquired" and e["payload"].get("recovery")
+            ]
+            assert len(recoveries) == 1, "the evicted run recovered once, from the journal"
+            assert recoveries[0]["payload"]["replayable_steps"] == 13  # steps 0-12
+
+            # the dashboard answers, and the review queue holds the "maybe sent" step
+            log_in(client, url, "supervisor", password)
+            queue = client.get(f"{url}/queue/")
+            assert queue.status_code == 200
+            maybe_sent = runs["maybe_sent"]
+            assert maybe_sent["status"] == "needs_review"
+            [unknown] = maybe_sent["unknown_steps"]
+            assert unknown["name"] == "email.send"
+            assert f"/queue/{maybe_sent['run_id']}/{unknown['index']}/" in queue.text
+            assert client.get(f"{url}/runs/{evicted['run_id']}/").status_code == 200
+
+        # the evicted run left exactly one ticket and one email, in the tables and the mailbox
+        with psycopg.connect(database_url) as conn:
+            tickets = conn.execute(
+                "SELECT count(*) FROM tools_ticket WHERE customer = %s", [evicted["customer"]]
+            ).fetchone()
+            emails = conn.execute(
+                'SELECT count(*) FROM tools_outboundemail WHERE "to" = %s', [evicted["customer"]]
+            ).fetchone()
+        assert tickets == (1,)
+        assert emails == (1,)
+        box = mailbox.Maildir(clean_clone / ".demo" / "mail", create=False)
+        received = [m for m in box if evicted["customer"] in (m.get("To") or "")]
+        assert len(received) == 1
+
+        # the token-budget run stopped before its side effects
+        budget = runs["budget"]
+        assert budget["status"] == "budget_exceeded"
+        assert budget["budget_limit"]["limit"] == "tokens"
+        assert budget["tickets"] == 0 and budget["emails"] == 0
+        assert [runs[k]["status"] for k in runs if k.startswith("completes")] == ["completed"] * 3
+
+        started_processes = processes_of(clean_clone)
+        assert any("postgres" in " ".join(p.cmdline()) for p in started_processes)
+        assert any("celery" in " ".join(p.cmdline()) for p in started_processes)
+    finally:
+        # Ctrl-C, as a terminal sends it: SIGINT to the foreground process group
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    print(out.text.split("Press Ctrl-C to stop.")[-1])
+    assert proc.returncode == 0, out.text
+    assert "stopped; scripts/demo starts it again" in out.text
+    # nothing it started is left: no postgres, worker, beat, web, mail catcher
+    for process in started_processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE, process
+    assert processes_of(clean_clone) == []
+    assert not (clean_clone / ".demo" / "postgres" / "postmaster.pid").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# --help on every command the README mentions
+
+
+def readme_commands() -> list[list[str]]:
+    """The project's own commands named in the README: scripts/*, manage.py commands (in code
+    blocks and in the management-commands table), and `python -m` modules of this repository."""
+    readme = (ROOT / "README.md").read_text()
+    commands: dict[str, list[str]] = {}
+    for name in re.findall(r"(?<![\w/])scripts/([\w-]+)", readme):
+        if (ROOT / "scripts" / name).exists():
+            commands[f"scripts/{name}"] = [str(ROOT / "scripts" / name), "--help"]
+    managed = set(re.findall(r"manage\.py\s+([a-z_]+)", readme))
+    section = readme.split("## Management commands", 1)[-1].split("\n## ", 1)[0]
+    managed |= set(re.findall(r"^\|\s*`([a-z_]+)", section, re.MULTILINE))
+    for name in sorted(managed):
+        commands[f"manage.py {name}"] = [sys.executable, str(ROOT / "manage.py"), name, "--help"]
+    for module in re.findall(r"python -m ([a-z_][\w.]*)", readme):
+        if (ROOT / module.split(".")[0]).is_dir():
+            commands[f"python -m {module}"] = [sys.executable, "-m", module, "--help"]
+    return list(commands.values())
+
+
+def test_readme_names_the_demo_as_its_first_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    first_block = readme.split("```", 2)[1]
+    assert first_block.split("\n", 1)[1].lstrip().startswith("scripts/demo")
+
+
+@pytest.mark.parametrize("argv", readme_commands(), ids=lambda argv: " ".join(argv[-3:-1]))
+def test_every_command_the_readme_mentions_answers_help(argv: list[str]) -> None:
+    env = {**os.environ, "SECRET_KEY": os.environ.get("SECRET_KEY") or "help-only"}
+    result = subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(result.stdout.strip().splitlines()) >= 2, result.stdout
