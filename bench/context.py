@@ -17,7 +17,7 @@ TIERS: dict[str, dict[str, Any]] = {
         "step_runs": 2,
         "baseline_runs": 2,
         "throughput_seconds": 1.0,
-        "concurrency": [1, 8],
+        "concurrency": [1],
         "recovery_reps": 3,
         "restart_reps": 2,
         "gateway_calls": 20,

@@ -97,6 +97,8 @@ def run(ctx: Ctx, base_url: str) -> None:
             ("dbos", "DBOS step"),
             ("langgraph", "LangGraph node (durability=sync)"),
         ):
+            if ctx.tier == "smoke" and which in ("dbos", "langgraph"):
+                continue  # the smoke tier checks the machinery, not the comparison
             ctx.log(f"baseline: {which} {label}")
             try:
                 data = ctx.baseline(
@@ -192,7 +194,7 @@ def _sql_counts(ctx: Ctx) -> None:
                     count("GET journal", lambda r=run_id: driver.journal(r))
                     count(
                         "POST lease (re-lease, 6 steps)",
-                        lambda r=run_id: driver.lease(r, worker="other"),
+                        lambda r=run_id: driver.lease(r, worker="bench-count"),
                     )
             finally:
                 driver.close()
