@@ -611,6 +611,13 @@ AGENT_POLICIES: dict[str, dict[str, Any]] = {
         "max_wall_seconds": 900,
         "max_recoveries": 3,
     },
+    # a read-only agent (search and summarise) would need no write-side machinery, only a budget
+    "research": {
+        "max_steps": 40,
+        "max_tokens": 50_000,
+        "max_wall_seconds": 1800,
+        "max_recoveries": 5,
+    },
 }
 
 

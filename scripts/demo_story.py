@@ -379,6 +379,9 @@ def summarise(story: Story, tickets: list[Ticket], started: float) -> dict[str, 
     }
 
 
+LIMIT_NAMES = {"tokens": "token", "steps": "step", "wall_seconds": "wall-clock", "cost_usd": "cost"}
+
+
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
@@ -412,7 +415,7 @@ def print_summary(summary: dict[str, Any]) -> None:
         elif key == "budget":
             limit = facts["budget_limit"] or {}
             out(
-                f"      stopped by its {limit.get('limit', '?')} budget after step "
+                f"      stopped by its {LIMIT_NAMES.get(str(limit.get('limit')), '?')} budget after step "
                 f"{facts['steps'] - 1}: {facts['tokens']:,} of {facts['token_limit']:,} used; "
                 f"{plural(facts['tickets'], 'ticket')} and {plural(facts['emails'], 'email')} "
                 "for this customer"

@@ -141,15 +141,10 @@ def log_in(client: httpx.Client, url: str, username: str, password: str) -> None
     assert response.status_code == 302, f"login as {username} failed: {response.text[:500]}"
 
 
-@pytest.mark.slow
-def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running(
-    clean_clone: Path,
-) -> None:
-    port = demo_port()
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        [str(clean_clone / "scripts" / "demo")],
-        cwd=clean_clone,
+def demo_start(clone: Path, port: int, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(clone / "scripts" / "demo"), *args],
+        cwd=clone,
         env=demo_env(port),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -157,6 +152,26 @@ def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
     )
+
+
+def ctrl_c(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C as a terminal sends it: SIGINT to the foreground process group; then wait."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+
+
+@pytest.mark.slow
+def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running(
+    clean_clone: Path,
+) -> None:
+    port = demo_port()
+    started = time.monotonic()
+    proc = demo_start(clean_clone, port)
     out = Output(proc)
     try:
         out.wait_for(r"^Review queue: ", SUMMARY_TIMEOUT)
@@ -229,14 +244,7 @@ def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running
         assert any("postgres" in " ".join(p.cmdline()) for p in started_processes)
         assert any("celery" in " ".join(p.cmdline()) for p in started_processes)
     finally:
-        # Ctrl-C, as a terminal sends it: SIGINT to the foreground process group
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
+        ctrl_c(proc)
     print(out.text.split("Press Ctrl-C to stop.")[-1])
     assert proc.returncode == 0, out.text
     assert "stopped; scripts/demo starts it again" in out.text
@@ -246,6 +254,38 @@ def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running
             assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE, process
     assert processes_of(clean_clone) == []
     assert not (clean_clone / ".demo" / "postgres" / "postmaster.pid").exists()
+
+    # a second start reuses the data (passwords are not shown again) and tells round 2
+    again = demo_start(clean_clone, port)
+    second = Output(again)
+    try:
+        second.wait_for(r"^Review queue: ", SUMMARY_TIMEOUT)
+        print(second.text)
+        assert "PROBLEM" not in second.text
+        assert "passwords in .demo/credentials.txt" in second.text
+        assert password not in second.text
+        assert "creating the PostgreSQL cluster" not in second.text
+        summary = json.loads((clean_clone / ".demo" / "summary.json").read_text())
+        assert summary["round"] == 2
+        assert summary["runs"]["evicted"]["status"] == "completed"
+        assert summary["runs"]["evicted"]["tickets"] == 1
+    finally:
+        ctrl_c(again)
+    assert again.returncode == 0, second.text
+    assert processes_of(clean_clone) == []
+
+    # --reset wipes the demo's data
+    reset = subprocess.run(
+        [str(clean_clone / "scripts" / "demo"), "--reset"],
+        cwd=clean_clone,
+        env=demo_env(port),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert reset.returncode == 0, reset.stdout + reset.stderr
+    assert not (clean_clone / ".demo").exists()
 
 
 # --------------------------------------------------------------------------------------------
