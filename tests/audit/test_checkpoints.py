@@ -155,3 +155,26 @@ def test_admins_acknowledge_an_alert_with_a_note(
     alert.refresh_from_db()
     assert alert.acknowledged_by == "admins-user"
     assert AuditEntry.objects.filter(action="audit.alert_acknowledge").count() == 1
+
+
+def test_export_rows_render_exactly_like_the_journal_api(db: Any) -> None:
+    """The export reads plain rows for speed; they must render as runs.representations does."""
+    from audit.exports import (
+        EVENT_FIELDS,
+        STEP_FIELDS,
+        EventRow,
+        StepRow,
+        event_row_json,
+        step_row_json,
+    )
+    from runs.models import Step
+    from runs.representations import event_json, step_json
+
+    run_id = runs_bulk_create(runs=10, steps_per_run=3)[0]  # run 0 has a resolved step
+    steps = Step.objects.filter(run_id=run_id).order_by("index")
+    rows = steps.values_list(*STEP_FIELDS)
+    assert [step_row_json(StepRow(*r)) for r in rows] == [step_json(s) for s in steps]
+    assert step_json(steps[2])["resolution"] is not None
+    events = Event.objects.filter(run_id=run_id).order_by("seq")
+    rows = events.values_list(*EVENT_FIELDS)
+    assert [event_row_json(EventRow(*r)) for r in rows] == [event_json(e) for e in events]
