@@ -172,9 +172,9 @@ def test_export_rows_render_exactly_like_the_journal_api(db: Any) -> None:
 
     run_id = runs_bulk_create(runs=10, steps_per_run=3)[0]  # run 0 has a resolved step
     steps = Step.objects.filter(run_id=run_id).order_by("index")
-    rows = steps.values_list(*STEP_FIELDS)
-    assert [step_row_json(StepRow(*r)) for r in rows] == [step_json(s) for s in steps]
+    step_rows = steps.values_list(*STEP_FIELDS)
+    assert [step_row_json(StepRow(*r)) for r in step_rows] == [step_json(s) for s in steps]
     assert step_json(steps[2])["resolution"] is not None
     events = Event.objects.filter(run_id=run_id).order_by("seq")
-    rows = events.values_list(*EVENT_FIELDS)
-    assert [event_row_json(EventRow(*r)) for r in rows] == [event_json(e) for e in events]
+    event_rows = events.values_list(*EVENT_FIELDS)
+    assert [event_row_json(EventRow(*r)) for r in event_rows] == [event_json(e) for e in events]

@@ -88,3 +88,19 @@ def test_audit_checkpoint_command_signs(db: Any) -> None:
     call_command("audit_checkpoint", stdout=out)
     assert out.getvalue().startswith("checkpoint 1 signed: 2 new heads")
     assert load_public_key(PUBLIC_KEY)  # the session key the checkpoint was signed with
+
+
+def test_with_debug_and_no_key_a_demo_key_is_generated_once(settings: Any, tmp_path: Path) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from audit.signing import signing_key_id
+
+    settings.AUDIT_SIGNING_KEY = ""
+    settings.AUDIT_SIGNING_KEY_FILE = str(tmp_path / "demo" / "key")
+    settings.DEBUG = False
+    with pytest.raises(ImproperlyConfigured, match="generate_signing_key"):
+        signing_key_id()
+    settings.DEBUG = True
+    first = signing_key_id()
+    assert (tmp_path / "demo" / "key").stat().st_mode & 0o777 == 0o600
+    assert signing_key_id() == first  # the same key after a restart
