@@ -72,8 +72,9 @@ class OpenAIChatModel:
     def __init__(
         self, *, base_url: str, model: str, api_key: str | None = None, timeout: float = 60.0
     ) -> None:
-        import httpx
+        from agentledger._http import import_httpx
 
+        httpx = import_httpx()
         self.name = model
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

@@ -13,11 +13,9 @@ import argparse
 import json
 import os
 import re
-import smtplib
 import sys
 import time
 from dataclasses import dataclass, field
-from email.message import EmailMessage
 from typing import Any
 
 from agentledger import (
@@ -73,6 +71,9 @@ def ticket_input(ticket_id: str, **overrides: str | None) -> dict[str, Any]:
 
 def send_email_smtp(*, to: str, subject: str, body: str, ticket_id: Any = None) -> dict[str, Any]:
     """email.send without the gateway: plain SMTP the ledger cannot see into (enforced_by nobody)."""
+    import smtplib
+    from email.message import EmailMessage
+
     message = EmailMessage()
     message["From"] = os.environ.get("DEFAULT_FROM_EMAIL", "support@agentledger.local")
     message["To"] = to
