@@ -6,7 +6,7 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.db import transaction
 from django.http import (
     FileResponse,
@@ -50,6 +50,11 @@ def _require(request: HttpRequest, allowed: bool) -> None:
 
 
 def _stream(request: HttpRequest, *, filters: ExportFilters, format: str, label: str) -> Any:
+    if format == "jsonl":
+        try:
+            signing_key_id()
+        except ImproperlyConfigured as exc:  # refuse before a byte is sent, not halfway
+            return HttpResponse(str(exc), status=503, content_type="text/plain")
     stamp = clock.now().strftime("%Y%m%dT%H%M%SZ")
     audit_record(
         actor=request.user,

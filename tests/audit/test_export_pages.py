@@ -168,3 +168,29 @@ def test_export_ids_in_urls_cannot_name_a_path(client_for: Callable[[str], Clien
     ):
         assert client.get(url).status_code == 404
     assert Run.objects.count() == 0
+
+
+def test_without_a_signing_key_a_jsonl_export_is_refused_up_front(
+    client_for: Callable[[str], Client], settings: Any
+) -> None:
+    settings.AUDIT_SIGNING_KEY = ""
+    settings.DEBUG = False
+    run_id = runs_bulk_create(runs=1, steps_per_run=1)[0]
+    client = client_for("auditors")
+    response = client.get(f"/audit/runs/{run_id}/export?format=jsonl")
+    assert response.status_code == 503 and b"generate_signing_key" in response.content
+    assert client.get(f"/audit/runs/{run_id}/export?format=csv").status_code == 200
+
+
+def test_the_alert_banner_tag_shows_open_alerts_on_any_page(db: Any) -> None:
+    from django.template import Context, Template
+
+    from audit.models import ChainAlert
+
+    template = Template("{% load audit_alerts %}{% chain_alerts %}")
+    assert "Hash chain broken" not in template.render(Context({}))
+    now = timezone.now()
+    ChainAlert.objects.create(
+        fingerprint="f", created_at=now, last_seen_at=now, message="run X event 3 broke"
+    )
+    assert "run X event 3 broke" in template.render(Context({}))
