@@ -86,7 +86,7 @@ def audit_record(
     """
     if not action:
         raise ValueError("audit_record needs an action")
-    user = actor if isinstance(actor, AbstractBaseUser) else None
+    user: Any = actor if isinstance(actor, AbstractBaseUser) else None
     with transaction.atomic():
         return AuditEntry.objects.create(
             actor=user,

@@ -130,12 +130,12 @@ class PolicyForm(forms.ModelForm):
 
     def validate_constraints(self) -> None:
         """Check constraints except the one-default rule: the service moves the default flag."""
-        exclude = self._get_validation_exclusions()
+        exclude = self._get_validation_exclusions()  # type: ignore[attr-defined]
         exclude.add("is_default")
         try:
             self.instance.validate_constraints(exclude=exclude)
         except forms.ValidationError as e:
-            self._update_errors(e)
+            self._update_errors(e)  # type: ignore[attr-defined]
 
 
 class TokenForm(forms.Form):

@@ -57,7 +57,7 @@ def review_step_resolve(
         claimed = (
             Step.objects.select_related("claimed_by")
             .filter(run_id=run_id, index=index, claim_expires_at__gt=clock.now())
-            .exclude(claimed_by=user)
+            .exclude(claimed_by_id=user.pk)
             .exclude(claimed_by=None)
             .first()
         )
@@ -163,20 +163,28 @@ def review_run_decide(*, user: AbstractBaseUser, run_id: UUID | str, action: str
         return run
 
 
+LIMIT_FIELDS = (
+    "limit_steps",
+    "limit_tokens",
+    "limit_cost_usd",
+    "limit_wall_seconds",
+    "limit_recoveries",
+)
+
+
 def review_limits_raise(
     *, user: AbstractBaseUser, run_id: UUID | str, note: str, limits: dict[str, Any]
 ) -> Run:
     with transaction.atomic():
-        before = Run.objects.filter(pk=run_id).values(
-            "limit_steps",
-            "limit_tokens",
-            "limit_cost_usd",
-            "limit_wall_seconds",
-            "limit_recoveries",
-        )[:1]
-        previous = {
-            k: str(v) if v is not None else None for k, v in (list(before) or [{}])[0].items()
-        }
+        current = Run.objects.filter(pk=run_id).first()
+        previous = (
+            {
+                f: None if getattr(current, f) is None else str(getattr(current, f))
+                for f in LIMIT_FIELDS
+            }
+            if current
+            else {}
+        )
         run = run_limits_raise(run_id=run_id, by=user.get_username(), note=note, limits=limits)
         audit_record(
             actor=user,

@@ -63,6 +63,11 @@ def _attempted_username(request: HttpRequest) -> str:
     return unicodedata.normalize("NFKC", str(request.POST.get("username", ""))).strip()
 
 
+def _htmx(request: HttpRequest) -> bool:
+    """True for requests htmx made (django-htmx's middleware sets request.htmx)."""
+    return bool(getattr(request, "htmx", False))
+
+
 def _client_ip(request: HttpRequest) -> str:
     return str(request.META.get("REMOTE_ADDR") or "0.0.0.0")  # noqa: S104
 
@@ -160,7 +165,7 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         "current_status": filters.status,
         "agents": selectors.run_agents(),
     }
-    if request.htmx:
+    if _htmx(request):
         response = render(request, "review/runs.html#rows", context)
         return _stop_polling_if(response, not any_live)
     return render(request, "review/runs.html", context)
@@ -219,7 +224,7 @@ def _transcript_context(request: HttpRequest, run: Run) -> dict[str, Any]:
 def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
     run = _get_run(run_id)
     context = _transcript_context(request, run)
-    if request.htmx and request.GET.get("part") == "live":
+    if _htmx(request) and request.GET.get("part") == "live":
         response = render(request, "review/run.html#live", context)
         return _stop_polling_if(response, not context["live"])
     return render(request, "review/run.html", context)
@@ -232,7 +237,7 @@ def run_verify(request: HttpRequest, run_id: UUID) -> HttpResponse:
     run = _get_run(run_id)
     breaks = run_chain_breaks(run)
     context = {"run": run, "breaks": breaks, "verified": True, "event_count": run.event_seq}
-    if request.htmx:
+    if _htmx(request):
         return render(request, "review/run.html#verify", context)
     if breaks:
         messages.error(request, f"The chain is broken in {len(breaks)} place(s).")
@@ -284,7 +289,7 @@ def run_limits(request: HttpRequest, run_id: UUID) -> HttpResponse:
 
 
 def _form_errors(form: Any) -> str:
-    parts = []
+    parts: list[str] = []
     for field, errors in form.errors.items():
         label = "" if field == "__all__" else f"{field}: "
         parts.extend(f"{label}{e}" for e in errors)
@@ -330,7 +335,7 @@ def _queue_context() -> dict[str, Any]:
 @require_perm("browse")
 def queue(request: HttpRequest) -> HttpResponse:
     context = _queue_context()
-    if request.htmx:
+    if _htmx(request):
         return render(request, "review/queue.html#items", context)
     return render(request, "review/queue.html", context)
 
@@ -385,7 +390,7 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
 def queue_item(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
     step = _get_step(run_id, index)
     context = _item_context(request, step)
-    if request.htmx:
+    if _htmx(request):
         response = render(request, "review/item.html#decision", context)
         return _stop_polling_if(response, step.state != StepState.UNKNOWN)
     return render(request, "review/item.html", context)
@@ -395,7 +400,7 @@ def _item_response(
     request: HttpRequest, step: Step, *, error: str = "", form: Any = None, ok: str = ""
 ) -> HttpResponse:
     """htmx: the decision partial (with the outcome); otherwise a redirect with a message."""
-    if request.htmx:
+    if _htmx(request):
         step = _get_step(step.run_id, step.index)
         context = _item_context(request, step, form=form, error=error, ok=ok)
         response = render(
@@ -571,6 +576,6 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         "page": page,
         "query": query.urlencode(),
     }
-    if request.htmx:
+    if _htmx(request):
         return render(request, "review/audit.html#entries", context)
     return render(request, "review/audit.html", context)
