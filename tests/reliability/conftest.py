@@ -21,14 +21,19 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from email import message_from_bytes
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiosmtpd.controller import Controller
 
+from runs.models import BudgetPolicy
+from runs.tokens import worker_token_create
 from tests.conftest import test_database_url, wait_for_http
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,7 +177,74 @@ def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]
 @pytest.fixture
 def raw_token(transactional_db: Any) -> str:
     """A worker token committed to the database, so a live server sees it."""
-    from runs.tokens import worker_token_create
-
     _, raw = worker_token_create(name="reliability")
     return raw
+
+
+class SmtpSink:
+    """Every message the local aiosmtpd receives (on a port of this suite's range)."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        message = message_from_bytes(envelope.content)
+        with self.lock:
+            self.messages.append(
+                {"to": list(envelope.rcpt_tos), "message_id": message["Message-ID"]}
+            )
+        return "250 OK"
+
+    def to(self, address: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [m for m in self.messages if address in m["to"]]
+
+
+@dataclass
+class Stack:
+    url: str
+    token: str
+    smtp: SmtpSink
+    smtp_port: int
+    workdir: Path
+
+
+@pytest.fixture
+def mail_stack(transactional_db: Any, tmp_path: Path) -> Iterator[Stack]:
+    """A gunicorn whose email backend talks to a local SMTP sink; a token, the support policy
+    (20 steps, 10 recoveries) and a small knowledge base."""
+    from tools.models import KnowledgeArticle
+
+    sink = SmtpSink()
+    smtp_port = port_in_range()
+    controller = Controller(sink, hostname="127.0.0.1", port=smtp_port)
+    controller.start()
+    _, token = worker_token_create(name="reliability-mail")
+    BudgetPolicy.objects.update_or_create(
+        agent="support",
+        defaults={
+            "name": "support-chaos",
+            "max_steps": 20,
+            "max_tokens": 1_000_000,
+            "max_wall_seconds": 3600,
+            "max_cost_usd": None,
+            "max_recoveries": 10,
+        },
+    )
+    for slug, title, body in [
+        ("refunds", "Refunds for double charges", "Duplicate card charges are refunded in 5 days."),
+        ("invoices", "Reading your invoice", "Each invoice lists charges by date."),
+    ]:
+        KnowledgeArticle.objects.get_or_create(slug=slug, defaults={"title": title, "body": body})
+    env = {
+        "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "EMAIL_HOST": "127.0.0.1",
+        "EMAIL_PORT": str(smtp_port),
+        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/7",
+    }
+    try:
+        with gunicorn(env=env, workers=3) as url:
+            yield Stack(url=url, token=token, smtp=sink, smtp_port=smtp_port, workdir=tmp_path)
+    finally:
+        controller.stop()

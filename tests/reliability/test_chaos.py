@@ -20,93 +20,21 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from email import message_from_bytes
 from pathlib import Path
 from typing import Any
 
-import pytest
-from aiosmtpd.controller import Controller
-
 from runs.chain import run_chain_breaks
-from runs.models import BudgetPolicy, Event, Run, Step
+from runs.models import Event, Run, Step
 from runs.services import runs_reap_expired_leases
-from runs.tokens import worker_token_create
-from tests.reliability.conftest import ROOT, Scale, gunicorn, port_in_range
+from tests.reliability.conftest import ROOT, Scale, Stack
 
 FINISHED_EXIT_CODES = {0: "completed", 3: "needs_review", 4: "budget_exceeded", 6: "run_finished"}
 SUBJECT = "Charged twice for my invoice"
 BODY = "My card was charged twice for invoice INV-2291. Please refund one charge."
-
-
-class SmtpSink:
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        message = message_from_bytes(envelope.content)
-        with self.lock:
-            self.messages.append(
-                {"to": list(envelope.rcpt_tos), "message_id": message["Message-ID"]}
-            )
-        return "250 OK"
-
-    def to(self, address: str) -> list[dict[str, Any]]:
-        with self.lock:
-            return [m for m in self.messages if address in m["to"]]
-
-
-@dataclass
-class Stack:
-    url: str
-    token: str
-    smtp: SmtpSink
-    smtp_port: int
-    workdir: Path
-
-
-@pytest.fixture
-def chaos_stack(transactional_db: Any, tmp_path: Path) -> Iterator[Stack]:
-    from tools.models import KnowledgeArticle
-
-    sink = SmtpSink()
-    smtp_port = port_in_range()
-    controller = Controller(sink, hostname="127.0.0.1", port=smtp_port)
-    controller.start()
-    _, token = worker_token_create(name="chaos")
-    BudgetPolicy.objects.update_or_create(
-        agent="support",
-        defaults={
-            "name": "support-chaos",
-            "max_steps": 20,
-            "max_tokens": 1_000_000,
-            "max_wall_seconds": 3600,
-            "max_cost_usd": None,
-            "max_recoveries": 10,
-        },
-    )
-    for slug, title, body in [
-        ("refunds", "Refunds for double charges", "Duplicate card charges are refunded in 5 days."),
-        ("invoices", "Reading your invoice", "Each invoice lists charges by date."),
-    ]:
-        KnowledgeArticle.objects.get_or_create(slug=slug, defaults={"title": title, "body": body})
-    env = {
-        "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-        "EMAIL_HOST": "127.0.0.1",
-        "EMAIL_PORT": str(smtp_port),
-        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/7",
-    }
-    try:
-        with gunicorn(env=env, workers=3) as url:
-            yield Stack(url=url, token=token, smtp=sink, smtp_port=smtp_port, workdir=tmp_path)
-    finally:
-        controller.stop()
 
 
 @dataclass
@@ -189,7 +117,7 @@ def _summary(proc: subprocess.Popen[str]) -> dict[str, Any]:
 
 
 def test_twenty_support_runs_under_random_sigkills_finish_with_nothing_lost_or_doubled(
-    chaos_stack: Stack, scale: Scale
+    mail_stack: Stack, scale: Scale
 ) -> None:
     from review.selectors import duplicates_prevented
     from tools.models import IdempotencyKey, OutboundEmail, Ticket, TicketComment
@@ -215,7 +143,7 @@ def test_twenty_support_runs_under_random_sigkills_finish_with_nothing_lost_or_d
             slot.hook = {"AGENT_CRASH_INSIDE": "email.send"}
         elif slot.number in (1, 2):
             slot.hook = {"AGENT_CRASH_INSIDE": "tickets.create"}
-        _start(chaos_stack, slot, f"chaos-{slot.number}", **slot.hook)
+        _start(mail_stack, slot, f"chaos-{slot.number}", **slot.hook)
     next_kill = time.monotonic() + rng.uniform(0.5, 1.5)
     time_limit = 600 if scale.soak else 300
 
@@ -234,10 +162,10 @@ def test_twenty_support_runs_under_random_sigkills_finish_with_nothing_lost_or_d
             elif code == -signal.SIGKILL:  # a named crash point fired (the killer restarts its own)
                 counts["crash_point_kills"] += 1
                 slot.hook = {}
-                _start(chaos_stack, slot, f"chaos-{slot.number}")
+                _start(mail_stack, slot, f"chaos-{slot.number}")
             else:
                 counts[f"restarted_after_exit_{code}"] += 1
-                _start(chaos_stack, slot, f"chaos-{slot.number}-r{slot.starts}", **slot.hook)
+                _start(mail_stack, slot, f"chaos-{slot.number}-r{slot.starts}", **slot.hook)
         # a victim is past its start-up: it has journalled (or replayed) a step since it started
         now = time.monotonic()
         live = [
@@ -246,7 +174,7 @@ def test_twenty_support_runs_under_random_sigkills_finish_with_nothing_lost_or_d
             if s.outcome is None
             and s.proc
             and s.proc.poll() is None
-            and _acks(chaos_stack, s) > s.acks_at_start
+            and _acks(mail_stack, s) > s.acks_at_start
         ]
         if live and counts["kills"] < scale.chaos_kills and now >= next_kill:
             victim = rng.choice(live)
@@ -260,7 +188,7 @@ def test_twenty_support_runs_under_random_sigkills_finish_with_nothing_lost_or_d
                 f"chaos-{victim.number}" if same_name else f"chaos-{victim.number}-k{victim.starts}"
             )
             counts["restarts_same_name" if same_name else "restarts_new_name"] += 1
-            _start(chaos_stack, victim, worker, **victim.hook)
+            _start(mail_stack, victim, worker, **victim.hook)
             next_kill = time.monotonic() + rng.uniform(0.05, 0.4)
         time.sleep(0.02)
     duration = time.monotonic() - started
@@ -309,7 +237,7 @@ def test_twenty_support_runs_under_random_sigkills_finish_with_nothing_lost_or_d
         run = Run.objects.get(pk=run_ids[slot.number])
         tickets = Ticket.objects.filter(customer=slot.customer)
         emails = OutboundEmail.objects.filter(to=slot.customer)
-        smtp = chaos_stack.smtp.to(slot.customer)
+        smtp = mail_stack.smtp.to(slot.customer)
         assert tickets.count() <= 1, (slot.number, list(tickets.values()))
         assert emails.count() <= 1, (slot.number, list(emails.values()))
         assert len(smtp) <= 1, (slot.number, smtp)
@@ -326,15 +254,15 @@ def test_twenty_support_runs_under_random_sigkills_finish_with_nothing_lost_or_d
             assert (tickets.count(), len(smtp)) == (1, 1), slot.number
             if slot.email_enforced_by == "ledger":
                 assert emails.count() == 1
-    message_ids = Counter(m["message_id"] for m in chaos_stack.smtp.messages if m["message_id"])
+    message_ids = Counter(m["message_id"] for m in mail_stack.smtp.messages if m["message_id"])
     assert all(n == 1 for n in message_ids.values()), message_ids
 
     # every acknowledged journal write is in the journal, in a state at least as final
     acks = [
         json.loads(line)
         for slot in slots
-        if _ack_log(chaos_stack, slot).exists()
-        for line in _ack_log(chaos_stack, slot).read_text().splitlines()
+        if _ack_log(mail_stack, slot).exists()
+        for line in _ack_log(mail_stack, slot).read_text().splitlines()
         if line.strip()
     ]
     steps = {(str(s.run_id), s.index): s for s in Step.objects.filter(run__in=runs)}
