@@ -136,6 +136,7 @@ class Run:
         self.journal: dict[int, dict[str, Any]] = {}
         self.replayed = 0
         self.executed = 0
+        self.lease_seconds = 0.0  # how long the last lease call (with its journal) took
         self._next = 0
         self._stopped: StopRun | None = None
         self._lease_deadline = 0.0
@@ -170,6 +171,7 @@ class Run:
             f"/api/v1/runs/{self.id}/lease",
             json={"worker": self.worker, "ttl_seconds": self.ttl_seconds},
         ).body
+        self.lease_seconds = time.monotonic() - sent
         self._lease_deadline = sent + self.ttl_seconds
         self.epoch = int(grant["epoch"])
         self.recovered = bool(grant.get("recovered"))

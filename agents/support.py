@@ -33,6 +33,7 @@ from agents import crash
 from agents.llm import Model, model_from_name
 
 AGENT = "support"
+IMPORTED_AT = time.time()  # for the recovery figures: interpreter start + imports end here
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 # a tiny inbox so `--ticket T-1001` works in the demo without typing a whole ticket
@@ -205,6 +206,8 @@ class Outcome:
     first_executed_step: int | None = None
     first_executed_at: float | None = None
     enter_seconds: float | None = None
+    lease_seconds: float | None = None
+    imported_at: float = IMPORTED_AT
     error: str | None = None
     output: Any = None
 
@@ -283,6 +286,7 @@ def _outcome(
         first_executed_step=first[0] if first else None,
         first_executed_at=first[1] if first else None,
         enter_seconds=enter_seconds,
+        lease_seconds=run.lease_seconds or None,
         error=error,
         output=run.output if status == "completed" else None,
     )

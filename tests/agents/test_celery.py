@@ -13,8 +13,8 @@ import httpx
 import pytest
 import redis
 
+from agents.services import agent_run_start
 from agents.support import ticket_input
-from agents.tasks import run_agent
 from config.celery import app
 from runs.models import Event, Run, Step
 from runs.services import runs_reap_expired_leases
@@ -133,8 +133,15 @@ def test_celery_worker_killed_mid_run_is_redelivered_and_completes_from_the_jour
 ) -> None:
     # the pool process running the task is SIGKILLed right after step 12 is journalled
     _worker, log = start_worker(AGENT_CRASH_AFTER_STEP="12")
-    run_id, customer = create_run(desk)
-    run_agent.delay(run_id, "support")
+    ticket, customer = desk.new_ticket()
+    started, created = agent_run_start(
+        agent="support",
+        input=ticket_input(ticket, customer=customer, subject="Charged twice", body="Refund?"),
+        external_id=f"ticket:{ticket}",
+        actor="test",
+    )
+    assert created
+    run_id = str(started.pk)
 
     run = wait_for_status(run_id, {"completed", "needs_review", "failed"})
     text = log.read_text()
