@@ -171,7 +171,9 @@ def _sql_counts(ctx: Ctx) -> None:
                 payload = payload_of(100)
                 for _ in range(3):
                     run_id = count("POST runs/ (create)", driver.create)
-                    epoch = count("POST lease (first)", lambda r=run_id: driver.lease(r))["epoch"]
+                    epoch = count(
+                        "POST lease (first)", lambda r=run_id: driver.lease(r, worker="bench-count")
+                    )["epoch"]
                     for i in range(0, 6, 2):
                         count(
                             "POST steps/ (write intent)",
