@@ -448,6 +448,33 @@ def _usage_of(usage: dict[str, Any] | None) -> tuple[int, int, Decimal]:
     )
 
 
+# The columns an outcome changes on its step, and the ones a worker's step call can change on
+# its run (status moves included): saving only these keeps the hot path's UPDATEs small (the
+# run's input, output and limits are not re-serialised on every step).
+_OUTCOME_STEP_FIELDS = [
+    "state",
+    "result",
+    "usage_input_tokens",
+    "usage_output_tokens",
+    "usage_cost_usd",
+    "outcome_at",
+]
+_STEP_CALL_RUN_FIELDS = [
+    "status",
+    "status_reason",
+    "finished_at",
+    "lease_worker",
+    "lease_expires_at",
+    "step_count",
+    "used_steps",
+    "used_tokens",
+    "used_cost_usd",
+    "event_seq",
+    "event_head",
+    "updated_at",
+]
+
+
 def _outcome_apply(
     run: Run,
     step: Step,
@@ -457,8 +484,13 @@ def _outcome_apply(
     usage: dict[str, Any] | None,
     actor: str,
     now: datetime,
+    save: bool = True,
 ) -> None:
-    """Record an outcome on a step the caller holds; add its usage to the run."""
+    """Record an outcome on a step the caller holds; add its usage to the run.
+
+    `save=False`: the caller inserts the step afterwards (a read step recorded in one call is
+    one INSERT, not an INSERT and an UPDATE of the same row).
+    """
     input_tokens, output_tokens, cost = _usage_of(usage)
     _step_move(step, StepState.DONE if status == "ok" else StepState.ERROR)
     step.result = result
@@ -466,7 +498,8 @@ def _outcome_apply(
     step.usage_output_tokens = output_tokens
     step.usage_cost_usd = cost
     step.outcome_at = now
-    step.save()
+    if save:
+        step.save(update_fields=_OUTCOME_STEP_FIELDS)
     run.used_tokens += input_tokens + output_tokens
     run.used_cost_usd += cost
     _event_append(
@@ -616,7 +649,6 @@ def step_intent_record(
                 epoch=run.epoch,
                 intent_at=now,
             )
-            step.save(force_insert=True)
             run.step_count += 1
             run.used_steps += 1
             _event_append(
@@ -636,9 +668,10 @@ def step_intent_record(
             )
             budget_refusal = None
             if outcome is not None:
-                _outcome_apply(run, step, actor=actor, now=now, **outcome)
+                _outcome_apply(run, step, actor=actor, now=now, save=False, **outcome)
                 budget_refusal = _over_budget_after_outcome(run, actor=actor, now=now)
-            run.save()
+            step.save(force_insert=True)
+            run.save(update_fields=_STEP_CALL_RUN_FIELDS)
             return IntentResult(step=step, created=True, budget_refusal=budget_refusal)
     assert refusal is not None
     raise refusal
@@ -713,7 +746,7 @@ def step_outcome_record(
         refusal = None
         if run.status == RunStatus.RUNNING:
             refusal = _over_budget_after_outcome(run, actor=actor, now=now)
-        run.save()
+        run.save(update_fields=_STEP_CALL_RUN_FIELDS)
         return OutcomeResult(step=step, run=run, budget_refusal=refusal)
 
 
