@@ -75,7 +75,7 @@ def runs_filtered(filters: RunFilters) -> QuerySet[Run]:
         qs = qs.filter(pk__in=Step.objects.filter(state=StepState.UNKNOWN).values("run_id"))
     if filters.over_80:
         qs = qs.filter(_over_80())
-    return qs.order_by("-created_at", "-pk")
+    return qs.order_by("-created_at")
 
 
 def runs_page(filters: RunFilters, *, page: int) -> tuple[list[Run], bool]:

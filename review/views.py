@@ -379,6 +379,9 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
         ),
         "claim_live": claim_live,
         "claimed_by_me": claim_live and step.claimed_by_id == request.user.pk,
+        # what the open page shows; its poll swaps only when this changes (a note being
+        # typed is not wiped every few seconds)
+        "seen": f"{step.state}:{step.claimed_by_id or 0}:{int(claim_live)}",
         "can_resolve": request.user.has_perm("review.resolve"),
         "form": extra.pop("form", None) or ResolveForm(),
         **extra,
@@ -391,6 +394,8 @@ def queue_item(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
     step = _get_step(run_id, index)
     context = _item_context(request, step)
     if _htmx(request):
+        if request.GET.get("seen") == context["seen"]:
+            return HttpResponse(status=204)  # nothing changed: htmx keeps the page as it is
         response = render(request, "review/item.html#decision", context)
         return _stop_polling_if(response, step.state != StepState.UNKNOWN)
     return render(request, "review/item.html", context)

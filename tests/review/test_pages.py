@@ -120,3 +120,19 @@ def test_unknown_run_is_a_404_page(groups):
     response = _client().get("/runs/00000000-0000-0000-0000-000000000000/")
     assert response.status_code == 404
     assert b"No such run." in response.content
+
+
+@pytest.mark.django_db
+def test_open_review_item_poll_swaps_only_when_the_item_changed(groups):
+    """A supervisor typing a note must not lose it to the poll: unchanged → 204 (no swap)."""
+    item = killed_support_run()
+    client = _client(SUPERVISORS)
+    url = f"/queue/{item.run_id}/2/"
+    seen = client.get(url).context["seen"]
+    assert client.get(url, {"seen": seen}, HTTP_HX_REQUEST="true").status_code == 204
+    other = Client()
+    other.force_login(user_in(SUPERVISORS, "alice"))
+    other.post(f"{url}resolve", {"action": "sent", "note": "alice saw it"})
+    changed = client.get(url, {"seen": seen}, HTTP_HX_REQUEST="true")
+    assert changed.status_code == 286  # resolved: show who did, and stop polling
+    assert b"Resolved as <strong>sent</strong> by <strong>alice</strong>" in changed.content
