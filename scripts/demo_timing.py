@@ -95,9 +95,9 @@ def main(argv: list[str]) -> int:
                 return 1
         venv = "DEMO_VENV (no install)" if args.reuse_venv else "fresh .venv (pip install)"
         print(f"scripts/demo in a fresh clone, {venv}, {os.cpu_count()} CPUs:")
-        for label, elapsed, told in results:
+        for label, elapsed, says in results:
             print(
-                f"  {label}: summary printed {elapsed:.1f}s after the command (demo says {told}s)"
+                f"  {label}: summary printed {elapsed:.1f}s after the command (demo says {says}s)"
             )
         return 0
     finally:
