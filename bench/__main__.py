@@ -126,6 +126,27 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def _profile(ctx: Ctx) -> None:
+    """A target was missed: sample the server with py-spy and put the profile in RESULTS.md."""
+    from bench import profile
+
+    ctx.results.current_part = "profile"
+    for kind in ("write", "read"):
+        ctx.log(f"profile: py-spy on a gunicorn worker under {kind} steps")
+        try:
+            data = profile.profile(ctx.token, kind=kind, seconds=6.0)
+        except Exception as exc:
+            ctx.results.note("profile", f"- {kind}: py-spy could not run: {exc}")
+            continue
+        ctx.results.extra.setdefault("profiles", {})[kind] = data
+        cpu_ms = data["samples"] / 400 * 1000 / max(1, data["calls"])
+        ctx.results.note(
+            "profile",
+            f"**{kind} steps** (1 gunicorn worker, 1 thread; about {cpu_ms:.1f} ms of sampled "
+            f"on-CPU worker time per call):\n\n" + profile.markdown(kind, data),
+        )
+
+
 class PartSkipped(Exception):
     """A part whose subject has not landed in the tree yet."""
 
@@ -146,6 +167,13 @@ def _run_part(ctx: Ctx, part: str, workers: int, threads: int) -> None:
 
         with stack.gunicorn(workers=workers, threads=threads) as (url, _):
             part_step.run(ctx, url)
+        missed = [
+            f
+            for f in ctx.results.figures.values()
+            if f.name.startswith("ledger ") and f.meets_target() is False
+        ]
+        if missed and ctx.tier != "smoke":
+            _profile(ctx)
     elif part == "throughput":
         from bench import part_throughput
 
