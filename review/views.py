@@ -413,7 +413,8 @@ def _item_response(
         )
         # htmx swaps 4xx only when configured; answer 200 so the message is shown
         response.status_code = 200
-        return trigger_client_event(response, "queue-changed") if ok else response
+        # the nav count and an open queue refresh either way (a refusal means someone else acted)
+        return trigger_client_event(response, "queue-changed")
     if error:
         messages.error(request, error)
     if ok:

@@ -1,5 +1,7 @@
 """What the pages show: runs filters and search, status counts, live polling that stops, verify."""
 
+from pathlib import Path
+
 import pytest
 from django.test import Client
 
@@ -136,3 +138,15 @@ def test_open_review_item_poll_swaps_only_when_the_item_changed(groups):
     changed = client.get(url, {"seen": seen}, HTTP_HX_REQUEST="true")
     assert changed.status_code == 286  # resolved: show who did, and stop polling
     assert b"Resolved as <strong>sent</strong> by <strong>alice</strong>" in changed.content
+
+
+@pytest.mark.django_db
+def test_htmx_is_served_from_our_own_static_files_no_cdn(groups):
+    from django.contrib.staticfiles import finders
+
+    page = _client().get("/").content.decode()
+    assert '<script src="/static/django_htmx/htmx-2.min.js"' in page
+    assert "https://" not in page and "http://" not in page.replace("http://www.w3.org", "")
+    served = finders.find("django_htmx/htmx-2.min.js")
+    assert served is not None
+    assert 'version:"2.0.10"' in Path(served).read_text()
