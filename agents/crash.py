@@ -5,6 +5,8 @@ AGENT_CRASH_BEFORE_STEP=N   SIGKILL before step N runs, every time (a crash loop
 AGENT_CRASH_INSIDE=NAME     SIGKILL inside tool NAME while it executes (after its effect, before
                             its outcome is journalled)
 AGENT_STOP_BEFORE_STEP=N    SIGSTOP before step N runs (a frozen "zombie" worker; SIGCONT wakes it)
+AGENT_CRASH_SCOPE=group     the SIGKILLs hit the whole process group (a Celery worker with its pool:
+                            a lost pod) instead of this process alone
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ def _int(name: str) -> int | None:
 
 
 def _die(why: str) -> None:
-    sys.stderr.write(f"crash hook: {why}: SIGKILL\n")
+    group = os.environ.get("AGENT_CRASH_SCOPE", "").strip() == "group"
+    sys.stderr.write(f"crash hook: {why}: SIGKILL{' to the process group' if group else ''}\n")
     sys.stderr.flush()
+    if group:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -52,5 +57,6 @@ def armed() -> dict[str, Any]:
         "AGENT_CRASH_BEFORE_STEP",
         "AGENT_CRASH_INSIDE",
         "AGENT_STOP_BEFORE_STEP",
+        "AGENT_CRASH_SCOPE",
     )
     return {name: os.environ[name] for name in names if os.environ.get(name)}

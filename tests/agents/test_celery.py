@@ -85,6 +85,7 @@ def start_worker(desk: AgentDesk) -> Iterator[Callable[..., tuple[subprocess.Pop
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, like a pod
         )
         started.append((proc, log))
         deadline = time.monotonic() + 60
@@ -96,7 +97,8 @@ def start_worker(desk: AgentDesk) -> Iterator[Callable[..., tuple[subprocess.Pop
 
     yield start
     for proc, log in started:
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -152,6 +154,39 @@ def test_celery_worker_killed_mid_run_is_redelivered_and_completes_from_the_jour
     assert [e.payload["recovery"] for e in leases] == [False, True]
     assert leases[1].payload["replayable_steps"] == 13
     assert run.step_count == 20 and run.used_steps == 20
+    assert not Step.objects.filter(run=run, executions__gt=1).exists()
+    assert effects_for(desk, customer) == (1, 1, 1)
+
+
+def test_whole_celery_worker_lost_mid_run_the_reaper_hands_the_run_to_another_worker(
+    desk: AgentDesk, start_worker: Callable[..., Any], celery_on_db2: None
+) -> None:
+    # a lost pod: the worker and its pool die together after step 12, nobody rejects the task
+    lost, lost_log = start_worker(
+        AGENT_CRASH_AFTER_STEP="12", AGENT_CRASH_SCOPE="group", AGENT_LEASE_TTL="5"
+    )
+    ticket, customer = desk.new_ticket()
+    started, _ = agent_run_start(
+        agent="support",
+        input=ticket_input(ticket, customer=customer, subject="Charged twice", body="Refund?"),
+        external_id=f"ticket:{ticket}",
+        actor="test",
+    )
+    assert lost.wait(timeout=60) == -9, lost_log.read_text()
+    assert Run.objects.get(pk=started.pk).step_count == 13
+
+    # another machine's worker; beat's reaper sees the lease lapse and re-dispatches the run
+    _other, other_log = start_worker()
+    deadline = time.monotonic() + 30
+    while runs_reap_expired_leases() == 0:
+        assert time.monotonic() < deadline, "the lease never expired"
+        time.sleep(0.5)
+    run = wait_for_status(str(started.pk), {"completed", "needs_review", "failed"})
+    assert run.status == "completed", other_log.read_text()
+    leases = list(Event.objects.filter(run=run, type="lease_acquired").order_by("seq"))
+    assert [e.payload["recovery"] for e in leases] == [False, True]
+    assert leases[0].payload["worker"] != leases[1].payload["worker"]
+    assert Event.objects.filter(run=run, type="lease_expired").count() == 1
     assert not Step.objects.filter(run=run, executions__gt=1).exists()
     assert effects_for(desk, customer) == (1, 1, 1)
 
