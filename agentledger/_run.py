@@ -382,6 +382,7 @@ class Run:
             if step["state"] in ("done", "error"):  # reconciled by the server meanwhile
                 status, result = ("ok" if step["state"] == "done" else "error"), step["result"]
             else:
+                self._check_lease_for_write()
                 status, result, raised = self._execute(run, step["idempotency_key"])
                 step = self._outcome(index, status, result, _usage_of(result))
         self.journal[index] = step
@@ -402,7 +403,11 @@ class Run:
             return "ok", _normalized(run(key), "the step's result"), None
         except _ToolRefused as refused:
             error = refused.error
-            return "error", {"error": error.code, "message": error.message, **error.details}, None
+            return (
+                "error",
+                {"error": error.code, "message": error.message, "details": error.details},
+                None,
+            )
         except (StopRun, LedgerError):
             raise
         except Exception as exc:
@@ -504,6 +509,10 @@ class Run:
                 self._heartbeat_once()
             except LedgerError as error:
                 logger.warning("run %s: heartbeat failed: %s", self.id, error)
+            except Exception as error:  # the client closed under us at exit: nothing to do
+                if not self._heartbeat_stop.is_set():
+                    logger.warning("run %s: heartbeat error: %r", self.id, error)
+                return
             if self._stopped is not None:
                 return
 

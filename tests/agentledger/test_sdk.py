@@ -330,3 +330,28 @@ def test_importing_the_sdk_loads_neither_django_nor_httpx() -> None:
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_gateway_tools_run_with_the_step_key_and_refusals_are_recorded_errors(
+    ledger: Ledger,
+) -> None:
+    from tools.models import IdempotencyKey, Ticket
+
+    with ledger.run("sdk-gateway", {}, worker="pod-10") as run:
+        made = run.tool(
+            "tickets.create",
+            {"customer": "gw@example.com", "subject": "Gateway", "body": "via the SDK"},
+        )
+        found = run.tool("tickets.search", {"customer": "gw@example.com"}, effect="read")
+        with pytest.raises(StepFailed) as refused:
+            run.tool("tickets.comment", {"ticket_id": 999_999_999, "body": "nobody home"})
+        run.output = made
+    create, search, comment = Step.objects.filter(run_id=run.id).order_by("index")
+    assert (search.effect, search.enforced_by, search.state) == ("read", None, "done")
+    assert Ticket.objects.get(customer="gw@example.com").pk == made["ticket"]["id"]
+    assert found["tickets"][0]["id"] == made["ticket"]["id"]
+    assert (create.enforced_by, create.state) == ("ledger", "done")
+    assert IdempotencyKey.objects.get(key=create.idempotency_key).state == "completed"
+    assert comment.state == "error"
+    assert refused.value.result["error"] == comment.result["error"] == "ticket_not_found"
+    assert RunRow.objects.get(pk=run.id).status == "completed"
