@@ -353,5 +353,6 @@ def test_gateway_tools_run_with_the_step_key_and_refusals_are_recorded_errors(
     assert (create.enforced_by, create.state) == ("ledger", "done")
     assert IdempotencyKey.objects.get(key=create.idempotency_key).state == "completed"
     assert comment.state == "error"
+    assert comment.result is not None
     assert refused.value.result["error"] == comment.result["error"] == "ticket_not_found"
     assert RunRow.objects.get(pk=run.id).status == "completed"
