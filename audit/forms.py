@@ -9,7 +9,13 @@ class ExportForm(forms.Form):
     created_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     agent = forms.CharField(required=False, max_length=100)
     status = forms.ChoiceField(required=False, choices=[("", "any status"), *RunStatus.choices])
-    format = forms.ChoiceField(choices=ExportFormat.choices, initial=ExportFormat.JSONL)
+    format = forms.ChoiceField(
+        choices=[
+            (ExportFormat.JSONL, "JSONL (verifiable)"),
+            (ExportFormat.CSV, "CSV (one step per row)"),
+        ],
+        initial=ExportFormat.JSONL,
+    )
 
     def clean(self) -> dict:
         data = super().clean() or {}
@@ -20,7 +26,10 @@ class ExportForm(forms.Form):
 
 
 class RetentionForm(forms.Form):
-    enabled = forms.BooleanField(required=False)
+    enabled = forms.BooleanField(
+        required=False,
+        widget=forms.CheckboxInput(attrs={"style": "width:auto;display:inline;margin:0"}),
+    )
     keep_days = forms.IntegerField(min_value=1, max_value=36500)
 
 

@@ -123,9 +123,8 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 class _Verifier:
-    def __init__(self, public_key: Ed25519PublicKey) -> None:
-        self.public_key = public_key
-        self.key_id = key_id(public_key)
+    def __init__(self, public_keys: list[Ed25519PublicKey]) -> None:
+        self.keys = {key_id(k): k for k in public_keys}
         self.report = Report()
         self.prev_line_hash = GENESIS_HASH
         self.expected_n = 1
@@ -189,6 +188,11 @@ class _Verifier:
         else:
             report.add(number, f"unknown line kind {kind!r}")
 
+    def signed(self, signature: Any, message: dict[str, Any]) -> bool:
+        """Verified with the key the message names (keys rotate: old checkpoints keep theirs)."""
+        key = self.keys.get(str(message.get("key_id")))
+        return key is not None and _signature_ok(key, signature, message)
+
     def header(self, number: int, obj: dict[str, Any]) -> None:
         self.header_seen = True
         if obj.get("format") != FORMAT or obj.get("version") != VERSION:
@@ -202,8 +206,12 @@ class _Verifier:
         digest = hashlib.sha256(canonical_json(statement)).hexdigest()
         if digest != obj.get("hash"):
             report.add(number, f"checkpoint {seq}: hash does not match its statement")
-        if not _signature_ok(self.public_key, obj.get("signature"), statement):
-            report.add(number, f"checkpoint {seq}: signature does not verify with this key")
+        if not self.signed(obj.get("signature"), statement):
+            report.add(
+                number,
+                f"checkpoint {seq}: signature does not verify with the given key(s) "
+                f"(signed by key id {statement.get('key_id')})",
+            )
         last = self.last_checkpoint
         if last is not None:
             if seq != last["statement"]["seq"] + 1:
@@ -328,8 +336,12 @@ class _Verifier:
             return report
         manifest = trailer.get("manifest") or {}
         line = self.trailer_line
-        if not _signature_ok(self.public_key, trailer.get("signature"), manifest):
-            report.add(line, "the trailer's signature does not verify with this key")
+        if not self.signed(trailer.get("signature"), manifest):
+            report.add(
+                line,
+                "the trailer's signature does not verify with the given key(s) "
+                f"(signed by key id {manifest.get('key_id')})",
+            )
             return report
         report.signed_manifest = True
         if manifest.get("lines") != self.expected_n - 1:
@@ -352,8 +364,11 @@ class _Verifier:
         return report
 
 
-def verify_export_file(path: Path | str, public_key: Ed25519PublicKey) -> Report:
-    verifier = _Verifier(public_key)
+def verify_export_file(
+    path: Path | str, public_key: Ed25519PublicKey | list[Ed25519PublicKey]
+) -> Report:
+    """Verify one export; give every public key its checkpoints may have been signed with."""
+    verifier = _Verifier(public_key if isinstance(public_key, list) else [public_key])
     for number, raw in _lines(Path(path)):
         verifier.line(number, raw)
     return verifier.finish()
@@ -382,11 +397,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--public-key",
         required=True,
-        help="the signing public key: base64 (32 raw bytes), PEM, or a file holding either",
+        action="append",
+        help="the signing public key: base64 (32 raw bytes), PEM, or a file holding either; "
+        "repeat it when the checkpoints span a key rotation",
     )
     args = parser.parse_args(argv)
     try:
-        public_key = load_public_key(args.public_key)
+        public_key = [load_public_key(k) for k in args.public_key]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

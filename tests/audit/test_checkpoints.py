@@ -178,3 +178,23 @@ def test_export_rows_render_exactly_like_the_journal_api(db: Any) -> None:
     events = Event.objects.filter(run_id=run_id).order_by("seq")
     event_rows = events.values_list(*EVENT_FIELDS)
     assert [event_row_json(EventRow(*r)) for r in event_rows] == [event_json(e) for e in events]
+
+
+def test_after_a_key_rotation_the_export_verifies_with_both_public_keys(
+    db: Any, settings: Any, tmp_path: Any
+) -> None:
+    from audit.signing import private_key_generate, private_key_parse, public_key_text
+
+    ids = runs_bulk_create(runs=3, steps_per_run=1)
+    assert checkpoint_create().checkpoint is not None  # signed with the session key
+    new_key = private_key_generate()
+    settings.AUDIT_SIGNING_KEY = new_key
+    new_public = public_key_text(private_key_parse(new_key).public_key())
+    path = tmp_path / "rotated.jsonl"
+    path.write_bytes(b"".join(export_jsonl(filters=ExportFilters(run_id=ids[0]))))
+
+    only_new = verify_export_file(path, load_public_key(new_public))
+    assert not only_new.ok
+    assert any("checkpoint 1: signature does not verify" in p.message for p in only_new.problems)
+    both = verify_export_file(path, [load_public_key(new_public), load_public_key(PUBLIC_KEY)])
+    assert both.ok, both.problems

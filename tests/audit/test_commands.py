@@ -104,3 +104,17 @@ def test_with_debug_and_no_key_a_demo_key_is_generated_once(settings: Any, tmp_p
     first = signing_key_id()
     assert (tmp_path / "demo" / "key").stat().st_mode & 0o777 == 0o600
     assert signing_key_id() == first  # the same key after a restart
+
+
+def test_beat_runs_checkpoints_expiry_and_retention(settings: Any) -> None:
+    from config.celery import app
+
+    app.loader.import_default_modules()
+    scheduled = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    for task in (
+        "audit.tasks.checkpoint_write",
+        "audit.tasks.exports_expire",
+        "audit.tasks.retention_purge",
+    ):
+        assert task in scheduled and task in app.tasks
+    assert "audit.tasks.export_job_run" in app.tasks

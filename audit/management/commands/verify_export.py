@@ -22,7 +22,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--public-key",
             required=True,
-            help="the signing public key: base64 of its 32 bytes, PEM, or a file holding either",
+            action="append",
+            help="the signing public key: base64 of its 32 bytes, PEM, or a file holding either; "
+            "repeat it when the checkpoints span a key rotation",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -30,7 +32,7 @@ class Command(BaseCommand):
         if not path.is_file():
             raise CommandError(f"No file {path}.")
         try:
-            public_key = load_public_key(options["public_key"])
+            public_key = [load_public_key(k) for k in options["public_key"]]
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         report = verify_export_file(path, public_key)
