@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         ensure_bench_venv()
         ctx.log(f"tier {tier}; bench database {BENCH_DB}; parts {parts}")
         stack.migrate_bench_db()
+        stack.ensure_audit_key()
         stack.reset_journal_tables()
         results.versions.update(_versions())
         ctx.token = stack.worker_token()

@@ -96,9 +96,13 @@ def run(ctx: Ctx, workers: int, threads: int, *, scaling: bool, dashboard: bool)
         "|---:|---:|---:|---:|---:|---:|",
     ]
     scale_rows = [
-        "| runs in the database | write step p50 ms | read step p50 ms | lease+journal p50 ms |",
-        "|---:|---:|---:|---:|",
+        "p50 in ms; in brackets the tier's (figure ÷ raw INSERT at that moment) relative to the "
+        "first tier's: 1.00 is flat, whatever the machine's load did between tiers.",
+        "",
+        "| runs in the database | raw INSERT | write step | read step | lease+journal |",
+        "|---:|---:|---:|---:|---:|",
     ]
+    first: tuple[float, float, float] | None = None
     have = 0
     index = 0
     with stack.gunicorn(workers=workers, threads=threads) as (url, _proc):
@@ -129,30 +133,33 @@ def run(ctx: Ctx, workers: int, threads: int, *, scaling: bool, dashboard: bool)
                 if scaling and tier in size["scale_tiers"]:
                     res.current_part = "scaling"
                     ctx.log(f"scaling: measuring at {actual:,} runs")
+                    with stack.admin_connect(BENCH_DB) as conn:
+                        conn.execute(
+                            "CHECKPOINT"
+                        )  # the load's dirty pages are not this tier's cost
+                    label = f"{tier:,} runs"
+                    raw = res.add(Figure(f"raw fsync'd INSERT at {label}", "ms"))
+                    for rep in ctx.baseline(
+                        "raw_insert", "--size", "100", "--runs", "2", "--reps", str(size["reps"])
+                    )["reps"]:
+                        raw.add_rep(rep)
                     writes, reads = _step_overhead(driver, size["reps"], 2)
                     leases = _lease_journal(driver, size["reps"], 5)
-                    label = f"{tier:,} runs"
-                    fw = res.add(
-                        Figure(f"write step at {label}", "ms", baseline="write step at 1,000 runs")
-                    )
-                    fr = res.add(
-                        Figure(f"read step at {label}", "ms", baseline="read step at 1,000 runs")
-                    )
-                    fl = res.add(
-                        Figure(
-                            f"lease+journal at {label}",
-                            "ms",
-                            baseline="lease+journal at 1,000 runs",
-                        )
-                    )
+                    base = f"raw fsync'd INSERT at {label}"
+                    fw = res.add(Figure(f"write step at {label}", "ms", baseline=base))
+                    fr = res.add(Figure(f"read step at {label}", "ms", baseline=base))
+                    fl = res.add(Figure(f"lease+journal at {label}", "ms", baseline=base))
                     for rep in writes:
                         fw.add_rep(rep)
                     for rep in reads:
                         fr.add_rep(rep)
                     for rep in leases:
                         fl.add_rep(rep)
+                    first = first or (fw.p50 / raw.p50, fr.p50 / raw.p50, fl.p50 / raw.p50)
+                    now = (fw.p50 / raw.p50, fr.p50 / raw.p50, fl.p50 / raw.p50)
                     scale_rows.append(
-                        f"| {actual:,} | {fw.p50:.2f} | {fr.p50:.2f} | {fl.p50:.2f} |"
+                        f"| {actual:,} | {raw.p50:.2f} | {fw.p50:.2f} ({now[0] / first[0]:.2f}) | "
+                        f"{fr.p50:.2f} ({now[1] / first[1]:.2f}) | {fl.p50:.2f} ({now[2] / first[2]:.2f}) |"
                     )
                 if dashboard and tier == size["dataset_runs"]:
                     _dashboard(ctx, url)
@@ -260,7 +267,7 @@ def _export(ctx: Ctx, tier: int) -> None:
         cwd=tree,
         env=stack.project_env(),
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         start_new_session=True,
     )
     peak = 0
@@ -296,6 +303,14 @@ def _export(ctx: Ctx, tier: int) -> None:
             proc.kill()
         proc.wait()
     complete = proc.returncode == 0
+    if not complete and written == 0:
+        assert proc.stderr is not None
+        error = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
+        res.note(
+            "dashboard",
+            f"- export of {tier:,} runs failed: `{error[-1] if error else proc.returncode}`",
+        )
+        return
     mbps = written / 1e6 / elapsed
     label = f"{tier:,} runs"
     res.add(

@@ -138,7 +138,49 @@ def run(ctx: Ctx, base_url: str) -> None:
             if which == "raw_insert":
                 res.extra["postgres_settings"] = data.get("settings", {})
     # the ledger figures are also compared with the libraries, by name in the report
+    _compare(ctx, sizes)
     _sql_counts(ctx)
+
+
+def _compare(ctx: Ctx, sizes: dict[str, int]) -> None:
+    """Side by side, per step, in this invocation: the ledger vs the libraries and the floor."""
+    figs = ctx.results.figures
+    rows = [
+        "| payload | ledger write step | ledger read step | DBOS step | LangGraph node | raw INSERT | no ledger | write ÷ DBOS | read ÷ LangGraph |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def p50(name: str) -> float | None:
+        fig = figs.get(name)
+        return fig.p50 if fig is not None and fig.all else None
+
+    def cell(value: float | None) -> str:
+        return (
+            "–"
+            if value is None
+            else f"{value:.2f} ms"
+            if value >= 0.01
+            else f"{value * 1000:.1f} µs"
+        )
+
+    for label in sizes:
+        write = p50(f"ledger write step (intent + outcome) {label}")
+        read = p50(f"ledger read step (one call) {label}")
+        dbos = p50(f"DBOS step {label}")
+        lang = p50(f"LangGraph node (durability=sync) {label}")
+        raw = p50(f"raw fsync'd INSERT {label}")
+        plain = p50(f"no ledger (plain function call) {label}")
+        rows.append(
+            f"| {label} | {cell(write)} | {cell(read)} | {cell(dbos)} | {cell(lang)} | {cell(raw)} | {cell(plain)} | "
+            f"{f'{write / dbos:.2f}×' if write and dbos else '–'} | {f'{read / lang:.2f}×' if read and lang else '–'} |"
+        )
+    ctx.results.note(
+        "step",
+        "Per step, p50, same invocation, same PostgreSQL. The ledger goes through real HTTP "
+        "(httpx → gunicorn → Django/DRF → PostgreSQL) from a separate client process; DBOS and "
+        "LangGraph run in-process (their per-step time is the gap between consecutive step "
+        "starts inside one 20-step workflow/graph).\n\n" + "\n".join(rows),
+    )
 
 
 def _sql_counts(ctx: Ctx) -> None:

@@ -38,7 +38,7 @@ def _load(url: str, token: str, concurrency: int, seconds: float) -> tuple[float
     """(steps/s, steps, errors) from min(concurrency, 4) client processes started together."""
     procs_n = min(concurrency, 4)
     per = [concurrency // procs_n + (1 if i < concurrency % procs_n else 0) for i in range(procs_n)]
-    start_at = time.time() + 1.5  # every client imports first, then they start together
+    start_at = time.time() + 1.0  # every client imports first, then they start together
     procs = [
         subprocess.Popen(
             [
@@ -129,7 +129,7 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
                     "--clients",
                     str(concurrency),
                     "--seconds",
-                    str(min(seconds, 3.0)),
+                    str(min(seconds, 2.0)),
                 )
                 base.add_rep([data["per_second"]])
     res.note(

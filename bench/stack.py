@@ -84,8 +84,20 @@ def project_env(**extra: str) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     env.pop("TEST_DATABASE_NAME", None)
+    key_file = WORK / "audit-signing-key"
+    if key_file.is_file() and "AUDIT_SIGNING_KEY" not in os.environ:
+        env["AUDIT_SIGNING_KEY"] = key_file.read_text().strip()
     env.update(extra)
     return env
+
+
+def ensure_audit_key() -> None:
+    """Exports are signed: a bench-only Ed25519 key in bench/.work (never a real one)."""
+    key_file = WORK / "audit-signing-key"
+    if key_file.is_file() or not (tree() / "audit" / "signing.py").exists():
+        return
+    WORK.mkdir(parents=True, exist_ok=True)
+    manage("generate_signing_key", "--write", str(key_file))
 
 
 def manage(*args: str, check: bool = True) -> str:
