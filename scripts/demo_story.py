@@ -212,12 +212,11 @@ class Story:
 def dispatch_through_celery(story: Story, tickets: list[Ticket]) -> None:
     """Create the runs (as an inbox integration would) and queue them for the Celery worker."""
     import config.celery  # noqa: F401 (the Celery app, configured from settings)
-    from agents.tasks import run_agent
-    from runs.services import run_create
+    from agents.services import agent_run_start
 
     for ticket in tickets:
         tid = ticket_id(story.round_no, ticket)
-        run, _ = run_create(
+        run, _ = agent_run_start(
             agent="support",
             input={
                 "ticket": {
@@ -231,7 +230,6 @@ def dispatch_through_celery(story: Story, tickets: list[Ticket]) -> None:
             actor="scripts/demo",
         )
         story.run_ids[ticket.number] = str(run.id)
-        run_agent.delay(str(run.id), "support")
 
 
 def play_evicted(sup: Supervisor, story: Story, ticket: Ticket, env: dict[str, str]) -> None:
@@ -364,7 +362,13 @@ def summarise(story: Story, tickets: list[Ticket], started: float) -> dict[str, 
             "first_executed_step": second.outcome.get("first_executed_step"),
             "process_start_to_step_seconds": round(step_at - second.started_at, 3),
             "kill_to_step_seconds": round(step_at - first.ended_at, 3),
-            "lease_and_journal_seconds": second.outcome.get("enter_seconds"),
+            "lease_and_journal_seconds": second.outcome.get("lease_seconds"),
+            "attach_seconds": second.outcome.get("enter_seconds"),
+            "imports_seconds": (
+                round(float(second.outcome["imported_at"]) - second.started_at, 3)
+                if second.outcome.get("imported_at")
+                else None
+            ),
             "replayed": second.outcome.get("replayed"),
             "executed": second.outcome.get("executed"),
         }
@@ -431,17 +435,28 @@ def print_summary(summary: dict[str, Any]) -> None:
     recovery = summary["recovery"]
     if recovery:
         lease = recovery.get("lease_and_journal_seconds")
-        lease_text = f" (attach + lease + journal: {lease * 1000:.0f} ms)" if lease else ""
+        imports = recovery.get("imports_seconds")
+        parts = []
+        if imports is not None:
+            parts.append(f"interpreter + imports {imports:.2f} s")
+        if lease:
+            parts.append(f"lease + journal call {lease * 1000:.0f} ms")
+        detail = f" ({', '.join(parts)})" if parts else ""
         out(
-            f"Recovery: new worker process start -> step {recovery['first_executed_step']} "
-            f"executing in {recovery['process_start_to_step_seconds']:.2f} s{lease_text} "
-            f"(kill -> step {recovery['first_executed_step']}: {recovery['kill_to_step_seconds']:.2f} s)"
+            f"Recovery: the new worker process was executing step "
+            f"{recovery['first_executed_step']} {recovery['process_start_to_step_seconds']:.2f} s "
+            f"after it started{detail}; {recovery['kill_to_step_seconds']:.2f} s after the kill"
         )
     for problem in summary["problems"]:
         out(f"PROBLEM: {problem}")
     if evicted:
         out(f"Transcript of the evicted run: {url}/runs/{evicted['run_id']}/")
     out(f"Story told {summary['seconds_from_command']:.1f}s after the command.")
+    if runs.get("maybe_sent", {}).get("unknown_steps"):
+        out(
+            "Try it: log in as supervisor, open the waiting email.send, look in .demo/mail, and "
+            "mark it sent (or retry, or abandon) with a note; the run resumes on the Celery worker."
+        )
     out(f"Review queue: {summary['review_queue']}  (log in as supervisor)")
     out()
 
