@@ -190,6 +190,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 LEDGER_REAPER_INTERVAL_SECONDS = env_int("LEDGER_REAPER_INTERVAL_SECONDS", 5)
+# a live run nobody has touched for this long is dispatched again (its task may have been lost)
+LEDGER_REDISPATCH_IDLE_SECONDS = env_int("LEDGER_REDISPATCH_IDLE_SECONDS", 300)
 CELERY_BEAT_SCHEDULE = {
     "reap-expired-leases": {
         "task": "runs.tasks.reap_expired_leases",
@@ -198,6 +200,11 @@ CELERY_BEAT_SCHEDULE = {
     "enforce-deadlines": {
         "task": "runs.tasks.enforce_deadlines",
         "schedule": timedelta(seconds=LEDGER_REAPER_INTERVAL_SECONDS),
+    },
+    # runs whose task a broker lost (never leased, or a lost re-dispatch) are offered again
+    "redispatch-idle-runs": {
+        "task": "runs.tasks.redispatch_idle_runs",
+        "schedule": timedelta(seconds=max(LEDGER_REDISPATCH_IDLE_SECONDS // 4, 5)),
     },
     "prune-idempotency-keys": {
         "task": "tools.tasks.prune_idempotency_keys",

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from runs import clock
 from runs.api_errors import ApplicationError
@@ -845,6 +846,37 @@ def runs_reap_expired_leases(*, limit: int = 500) -> int:
         .values_list("pk", flat=True)[:limit]
     )
     return sum(1 for run_id in ids if run_lease_expire(run_id=run_id) is not None)
+
+
+def runs_redispatch_idle(*, idle_seconds: int | None = None, limit: int = 500) -> int:
+    """Offer runs nobody works on to the workers again: their dispatch may have been lost.
+
+    The reaper covers expired leases; a run whose task vanished before any lease (the broker
+    lost its queue) stays `pending`, or `interrupted` / resumed-without-lease when the
+    re-dispatch itself was lost. Such a run, unchanged for `idle_seconds`, gets `run_resumable`
+    again (reason "idle"), and its updated_at is touched by a guarded update, so it is offered
+    at most once per period. A duplicate dispatch is harmless: the journal turns it into a
+    lease refusal or a replay.
+    """
+    idle = settings.LEDGER_REDISPATCH_IDLE_SECONDS if idle_seconds is None else idle_seconds
+    now = clock.now()
+    cutoff = now - timedelta(seconds=idle)
+    nobody_on_it = Q(status__in=[RunStatus.PENDING, RunStatus.INTERRUPTED]) | Q(
+        status=RunStatus.RUNNING, lease_worker__isnull=True
+    )
+    candidates = list(
+        Run.objects.filter(nobody_on_it, updated_at__lt=cutoff)
+        .order_by("updated_at")
+        .values_list("pk", "agent")[:limit]
+    )
+    offered = 0
+    for run_id, agent in candidates:
+        if Run.objects.filter(nobody_on_it, pk=run_id, updated_at__lt=cutoff).update(
+            updated_at=now
+        ):
+            run_resumable.send(sender=Run, run_id=run_id, agent=agent, reason="idle")
+            offered += 1
+    return offered
 
 
 def run_deadline_enforce(*, run_id: UUID | str, actor: str = "system:deadlines") -> Run | None:

@@ -13,3 +13,8 @@ def reap_expired_leases() -> int:
 @shared_task(name="runs.tasks.enforce_deadlines")
 def enforce_deadlines() -> int:
     return services.runs_enforce_deadlines()
+
+
+@shared_task(name="runs.tasks.redispatch_idle_runs")
+def redispatch_idle_runs() -> int:
+    return services.runs_redispatch_idle()

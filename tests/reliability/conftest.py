@@ -163,6 +163,22 @@ def gunicorn(*, env: dict[str, str] | None = None, workers: int = 2) -> Iterator
             stop(proc)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def celery_on_redis_db7() -> Iterator[None]:
+    """Anything this suite enqueues from the test process (a reaper re-dispatch) goes to Redis
+    DB 7, this suite's own, never to a queue another suite's workers consume."""
+    from config.celery import app
+
+    previous = app.conf.broker_url
+    app.conf.update(broker_url=f"redis://127.0.0.1:6379/{REDIS_DB}")
+    app._after_fork()  # type: ignore[attr-defined]  # drop pooled connections to the old broker
+    try:
+        yield
+    finally:
+        app.conf.update(broker_url=previous)
+        app._after_fork()  # type: ignore[attr-defined]
+
+
 @pytest.fixture(scope="session")
 def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
     """This suite's own gunicorn (ports 8700-8799) on the test database; yields its base URL.
