@@ -301,6 +301,8 @@ class Supervisor:
             if child.restart and code < 0 and child.restarts < 20:
                 child.restarts += 1
                 say(f"    {child.name} {how}; starting a new one (restart {child.restarts})")
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child.pid, signal.SIGKILL)  # what is left of it (its pool)
                 child.start()
                 self.save_pids()
             else:

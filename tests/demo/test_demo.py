@@ -45,10 +45,20 @@ def demo_port() -> int:
     raise RuntimeError("no free port in 8550-8599")
 
 
+def logs_tail(clone: Path, lines: int = 20) -> str:
+    """The end of every log the demo wrote, for a failure message."""
+    parts = []
+    for log in sorted((clone / ".demo" / "logs").glob("*.log")):
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+        parts.append(f"--- {log.name}\n" + "\n".join(text))
+    return "\n".join(parts)
+
+
 class Output:
     """The demo's terminal output, read line by line in the background."""
 
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
+    def __init__(self, proc: subprocess.Popen[str], clone: Path) -> None:
+        self.clone = clone
         self.lines: list[str] = []
         self._proc = proc
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -77,9 +87,14 @@ class Output:
                 raise AssertionError(
                     f"scripts/demo exited with {self._proc.returncode} before {pattern!r}:\n"
                     + self.text
+                    + "\n"
+                    + logs_tail(self.clone)
                 )
             time.sleep(0.2)
-        raise AssertionError(f"no {pattern!r} within {timeout:.0f}s; output so far:\n{self.text}")
+        raise AssertionError(
+            f"no {pattern!r} within {timeout:.0f}s; output so far:\n{self.text}\n"
+            + logs_tail(self.clone)
+        )
 
 
 def processes_of(clone: Path) -> list[psutil.Process]:
@@ -172,7 +187,7 @@ def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running
     port = demo_port()
     started = time.monotonic()
     proc = demo_start(clean_clone, port)
-    out = Output(proc)
+    out = Output(proc, clean_clone)
     try:
         out.wait_for(r"^Review queue: ", SUMMARY_TIMEOUT)
         print(f"scripts/demo: summary {time.monotonic() - started:.1f}s after the start")
@@ -257,7 +272,7 @@ def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running
 
     # a second start reuses the data (passwords are not shown again) and tells round 2
     again = demo_start(clean_clone, port)
-    second = Output(again)
+    second = Output(again, clean_clone)
     try:
         second.wait_for(r"^Review queue: ", SUMMARY_TIMEOUT)
         print(second.text)
