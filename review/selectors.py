@@ -1,10 +1,11 @@
 """Reads for the dashboard pages: bounded, index-friendly queries (see the partial indexes in runs)."""
 
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 
 from runs.constants import RunStatus, StepState
@@ -12,8 +13,19 @@ from runs.models import Event, Run, Step
 
 
 def review_runs_without_unknown() -> QuerySet[Run]:
+    """Runs in review with no unknown step (a crash loop: the recovery budget is spent).
+
+    The journal sends a run to review with reason "unknown_step" exactly when it has unknown
+    steps (and resumes or abandons it when the last one is resolved), so the other reasons
+    narrow the scan to a handful of rows; the EXISTS probe (step_index_unique_per_run) keeps
+    the answer exact even so.
+    """
     unknown = Step.objects.filter(run=OuterRef("pk"), state=StepState.UNKNOWN)
-    return Run.objects.filter(status=RunStatus.NEEDS_REVIEW).exclude(Exists(unknown))
+    return (
+        Run.objects.filter(status=RunStatus.NEEDS_REVIEW)
+        .exclude(status_reason="unknown_step")
+        .exclude(Exists(unknown))
+    )
 
 
 def waiting_count() -> int:
@@ -85,14 +97,26 @@ def runs_page(filters: RunFilters, *, page: int) -> tuple[list[Run], bool]:
     return rows[:PAGE_SIZE], len(rows) > PAGE_SIZE
 
 
-def run_status_counts(filters: RunFilters) -> dict[str, int]:
-    """Counts per status for the current filters (status itself ignored), one GROUP BY."""
-    base = replace(filters, status="")
-    counts = {s: 0 for s in RunStatus.values}
-    qs = runs_filtered(base).order_by().values("status").annotate(n=Count("pk"))
-    for row in qs:
-        counts[row["status"]] = row["n"]
-    return counts
+STATUS_COUNT_CAP = 10_000
+
+
+def run_status_counts() -> dict[str, int]:
+    """Runs per status, each count capped (shown as "10000+"): one query, bounded work.
+
+    Each status is counted over at most CAP+1 entries of run_status_created_idx, so the header
+    costs the same at 100,000 runs as at 100 million, and never a COUNT(*) of the whole table.
+    """
+    parts: list[str] = []
+    params: list[Any] = []
+    for status in RunStatus.values:
+        sub = Run.objects.filter(status=status).order_by().values("pk")[: STATUS_COUNT_CAP + 1]
+        sql, sub_params = sub.query.sql_with_params()
+        # Django-compiled SQL; every value is a bound parameter
+        parts.append(f"SELECT %s, (SELECT count(*) FROM ({sql}) AS capped)")  # noqa: S608
+        params.extend([status, *sub_params])
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join(parts), params)
+        return {status: int(n) for status, n in cursor.fetchall()}
 
 
 def run_agents() -> list[str]:

@@ -161,7 +161,8 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         "has_next": has_next,
         "any_live": any_live,
         "query": query.urlencode(),
-        "counts": selectors.run_status_counts(filters),
+        "counts": selectors.run_status_counts(),
+        "count_cap": selectors.STATUS_COUNT_CAP,
         "current_status": filters.status,
         "agents": selectors.run_agents(),
     }

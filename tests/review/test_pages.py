@@ -68,11 +68,19 @@ def test_runs_list_filters_and_search(runs):
 
 
 @pytest.mark.django_db
-def test_status_counts_cover_the_filtered_runs(runs):
+def test_status_counts_count_every_run_and_cap_big_numbers(runs, monkeypatch):
+    from review import selectors
+
     counts = _client().get("/", {"agent": "tight"}).context["counts"]
-    assert counts["running"] == 1 and sum(counts.values()) == 1
-    counts = _client().get("/").context["counts"]
     assert (counts["needs_review"], counts["pending"], counts["running"]) == (1, 1, 1)
+    assert sum(counts.values()) == 3
+    run_create(agent="search", input={}, actor="w")
+    monkeypatch.setattr(selectors, "STATUS_COUNT_CAP", 1)
+    response = _client().get("/")
+    assert response.context["counts"]["pending"] == 2  # counted up to CAP + 1
+    assert '<span class="badge s-pending">pending</span><strong>1+</strong>' in (
+        response.content.decode()
+    )
 
 
 @pytest.mark.django_db
