@@ -26,6 +26,7 @@ TIERS: dict[str, dict[str, Any]] = {
         "dataset_unknown": 50,
         "page_samples": 5,
         "export_runs": [500],
+        "export_timeout": 60.0,
     },
     "quick": {
         "reps": 3,
@@ -41,6 +42,7 @@ TIERS: dict[str, dict[str, Any]] = {
         "dataset_unknown": 500,
         "page_samples": 10,
         "export_runs": [1_000, 10_000],
+        "export_timeout": 120.0,
     },
     "full": {
         "reps": 3,
@@ -56,6 +58,7 @@ TIERS: dict[str, dict[str, Any]] = {
         "dataset_unknown": 5_000,
         "page_samples": 20,
         "export_runs": [10_000, 100_000],
+        "export_timeout": 150.0,
     },
 }
 
