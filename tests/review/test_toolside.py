@@ -1,0 +1,58 @@
+"""The transcript shows what the tool side knows about each write step's key, and degrades."""
+
+import pytest
+from django.apps import apps
+from django.test import Client
+
+from review import toolside
+from review.roles import AUDITORS
+from runs.services import run_create, run_lease_acquire, step_intent_record
+from tests.review.factories import user_in
+
+
+@pytest.mark.django_db
+def test_transcript_shows_the_tool_sides_record_of_a_step_key(api, groups):
+    run, _ = run_create(agent="support", input={}, actor="w")
+    grant = run_lease_acquire(run_id=run.pk, worker="w", ttl_seconds=30, actor="w")
+    args = {"customer": "ada@example.com", "subject": "Refund", "body": "Charged twice"}
+    intent = step_intent_record(
+        run_id=run.pk,
+        epoch=grant.epoch,
+        index=0,
+        kind="tool",
+        name="tickets.create",
+        effect="write",
+        enforced_by="ledger",
+        arguments=args,
+        actor="w",
+    )
+    key = intent.step.idempotency_key
+    assert toolside.key_state(key).state == "absent"
+    first = api.post(
+        "/api/v1/tools/tickets.create/invoke",
+        {"arguments": args},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=key,
+    )
+    assert first.status_code == 200, first.content
+    assert toolside.key_state(key).state == "completed"
+    client = Client()
+    client.force_login(user_in(AUDITORS))
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert f"<summary>completed</summary><code>{key}</code>" in page
+
+
+@pytest.mark.django_db
+def test_without_a_tool_side_keys_show_as_unavailable_not_an_error(monkeypatch):
+    def missing(app_label: str, model_name: str) -> None:
+        raise LookupError(app_label)
+
+    monkeypatch.setattr(apps, "get_model", missing)
+    assert toolside.key_states(["k1", "k2"]) == {
+        "k1": toolside.UNAVAILABLE,
+        "k2": toolside.UNAVAILABLE,
+    }
+    assert toolside.concerned_records({"to": "ada@example.com", "ticket_id": 3}) == {
+        "customer": "ada@example.com",
+        "ticket_id": 3,
+    }
