@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     results.extra["argv"] = ["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])]
     ctx = Ctx(tier=tier, results=results)
     started = time.monotonic()
+    # SIGTERM unwinds like Ctrl-C, so the finally below stops every process group we started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = Path(args.out)
     try:
         ensure_bench_venv()

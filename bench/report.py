@@ -72,6 +72,12 @@ def write_report(results: Results, path: Path) -> None:
     summary = _summary(results)
     if summary:
         lines += ["## Targets at a glance", "", summary, ""]
+    try:
+        from bench.findings import findings
+
+        lines += ["## What the numbers say", "", findings(results), ""]
+    except Exception as exc:  # a broken analysis must not lose the measured tables
+        lines += ["## What the numbers say", "", f"(analysis failed: {exc!r})", ""]
     for part in [
         "baseline",
         "step",

@@ -53,6 +53,8 @@ class Results:
                 for name, fig in self.figures.items()
             },
             "extra": self.extra,
+            "sections": self.sections,
+            "samples": {name: fig.reps for name, fig in self.figures.items()},
         }
 
     def write_json(self, path: Path) -> None:

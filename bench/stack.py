@@ -7,6 +7,7 @@ Every process started here runs in its own session (process group) and is regist
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -43,6 +44,10 @@ def tree() -> Path:
         ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
     target = WORK / f"tree-{rev[:12]}"
+    for old in WORK.glob("tree-*"):
+        # snapshots of earlier commits, unused for a day (a concurrent run may hold a newer one)
+        if old != target and time.time() - old.stat().st_mtime > 86400:
+            shutil.rmtree(old, ignore_errors=True)
     if not (target / "manage.py").exists():
         target.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(
