@@ -4,8 +4,8 @@
     python -m audit.bench_export --sizes 2000 20000   # smaller, for a quick look
     python -m audit.bench_export --json results.json  # also write the figures as JSON
 
-Uses its own database (`<DATABASE_URL's name>_audit_bench`, created and migrated if missing,
-dropped with --drop), fills it with `audit.testdata.runs_bulk_create` (5 steps, 13 events per
+Uses its own database (`<DATABASE_URL's name>_audit_bench`, recreated at the start unless
+--reuse, dropped at the end with --drop), fills it with `audit.testdata.runs_bulk_create` (5 steps, 13 events per
 run, valid chains), signs one checkpoint so the export carries proofs, then runs
 `manage.py export_runs` in a child process per size and format and reads the child's peak RSS
 from wait4(). A baseline (an export selecting no run) shows what Django itself costs.
@@ -138,8 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--formats", nargs="+", default=["jsonl", "csv"])
     parser.add_argument("--json", help="write the results to this file as JSON")
     parser.add_argument("--drop", action="store_true", help="drop the bench database afterwards")
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep the bench database's runs (it may hold more)"
+    )
     args = parser.parse_args(argv)
     url = _bench_url()
+    if not args.reuse:
+        name = urlsplit(url).path.lstrip("/")
+        _admin_sql(url, f'DROP DATABASE IF EXISTS "{name}"')
     _ensure_database(url)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -20,10 +20,12 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 from uuid import UUID
 
+import orjson
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import QuerySet, TextField
+from django.db.models.functions import Cast
 
 from audit.checkpoints import repeatable_read
 from audit.models import Checkpoint, CheckpointLeaf, ExportFormat, ExportJob, ExportStatus
@@ -118,10 +120,27 @@ def export_filters_parse(
     )
 
 
+_ENCODER = DjangoJSONEncoder()
+
+
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder).encode(
-        "utf-8"
-    )
+    """Compact UTF-8 JSON by orjson; JSON columns arrive as raw fragments (no parse, no
+    re-encode: about twice the throughput of the standard library)."""
+    return orjson.dumps(obj, default=_ENCODER.default)
+
+
+def _std_json(value: Any) -> orjson.Fragment:
+    """A value Django parsed (a run's input, output, error) as a fragment written by the standard
+    library, which, unlike orjson, takes integers beyond 64 bits."""
+    return orjson.Fragment(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def _raw_json(text: str | None) -> orjson.Fragment | None:
+    return None if text is None else orjson.Fragment(text)
+
+
+def _as_text(field: str) -> Cast:
+    return Cast(field, output_field=TextField())
 
 
 STEP_FIELDS = (
@@ -228,14 +247,25 @@ class _Batch:
     leaves: dict[UUID, CheckpointLeaf]
 
 
-def _batches(runs: QuerySet[Run], *, upto_checkpoint: int, with_events: bool) -> Iterator[_Batch]:
+def _batches(
+    runs: QuerySet[Run],
+    *,
+    upto_checkpoint: int,
+    with_events: bool,
+    json_column: Callable[[str | None], Any] = _raw_json,
+) -> Iterator[_Batch]:
     """Runs in (created_at, id) order, about BATCH at a time, each batch from one snapshot.
 
     Keyset pages on created_at alone, so PostgreSQL walks the runs' created_at index and every
     page costs the same however deep into the export it is (ordering by (created_at, id) would
     sort all remaining runs for each page). Runs sharing the page's last created_at are all
     taken into that page, then ordered by id.
+
+    JSON columns (arguments, result, payload) are read as PostgreSQL's text and handed to
+    `json_column`: raw fragments for JSONL, the text itself for CSV.
     """
+    step_fields = [f"{f}_text" if f in ("arguments", "result") else f for f in STEP_FIELDS]
+    event_fields = ["payload_text" if f == "payload" else f for f in EVENT_FIELDS]
     after: datetime | None = None
     while True:
         with transaction.atomic():
@@ -253,19 +283,27 @@ def _batches(runs: QuerySet[Run], *, upto_checkpoint: int, with_events: bool) ->
             steps: dict[UUID, list[StepRow]] = defaultdict(list)
             for row in (
                 Step.objects.filter(run_id__in=ids)
+                .annotate(arguments_text=_as_text("arguments"), result_text=_as_text("result"))
                 .order_by("run_id", "index")
-                .values_list(*STEP_FIELDS)
+                .values_list(*step_fields)
             ):
-                steps[row[0]].append(StepRow(*row))
+                step = StepRow(*row)
+                steps[step.run_id].append(
+                    step._replace(
+                        arguments=json_column(step.arguments), result=json_column(step.result)
+                    )
+                )
             events: dict[UUID, list[EventRow]] = defaultdict(list)
             leaves: dict[UUID, CheckpointLeaf] = {}
             if with_events:
                 for row in (
                     Event.objects.filter(run_id__in=ids)
+                    .annotate(payload_text=_as_text("payload"))
                     .order_by("run_id", "seq")
-                    .values_list(*EVENT_FIELDS)
+                    .values_list(*event_fields)
                 ):
-                    events[row[0]].append(EventRow(*row))
+                    event = EventRow(*row)
+                    events[event.run_id].append(event._replace(payload=json_column(event.payload)))
                 for leaf in (
                     CheckpointLeaf.objects.filter(
                         run_id__in=ids, checkpoint__seq__lte=upto_checkpoint
@@ -302,7 +340,12 @@ def _run_record(run: Run, batch: _Batch) -> dict[str, Any]:
     leaf = batch.leaves.get(run.pk)
     return {
         "run": run_json(run)
-        | {"finished_at": run.finished_at.isoformat() if run.finished_at else None},
+        | {
+            "input": _std_json(run.input),
+            "output": _std_json(run.output),
+            "error": _std_json(run.error),
+            "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        },
         "chain": {"seq": run.event_seq, "head": run.event_head or GENESIS_HASH},
         "steps": steps,
         "resolutions": [
@@ -418,6 +461,10 @@ def _step_cells(step: StepRow) -> list[Any]:
     ]  # fmt: skip
 
 
+def _keep(text: str | None) -> str | None:
+    return text
+
+
 def export_csv(*, filters: ExportFilters, progress: Progress | None = None) -> Iterator[bytes]:
     """One step per row (a run without steps gets one row with empty step columns)."""
     started = clock.now()
@@ -437,7 +484,7 @@ def export_csv(*, filters: ExportFilters, progress: Progress | None = None) -> I
         return data
 
     yield flush()
-    for batch in _batches(runs, upto_checkpoint=0, with_events=False):
+    for batch in _batches(runs, upto_checkpoint=0, with_events=False, json_column=_keep):
         for run in batch.runs:
             run_cells = [
                 run.pk, run.agent, run.external_id, run.status, run.created_at,

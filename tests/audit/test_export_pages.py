@@ -194,3 +194,14 @@ def test_the_alert_banner_tag_shows_open_alerts_on_any_page(db: Any) -> None:
         fingerprint="f", created_at=now, last_seen_at=now, message="run X event 3 broke"
     )
     assert "run X event 3 broke" in template.render(Context({}))
+
+
+def test_values_beyond_64_bits_still_export(db: Any, tmp_path: Path) -> None:
+    from audit.exports import ExportFilters, export_jsonl
+
+    run_id = runs_bulk_create(runs=1, steps_per_run=1)[0]
+    Run.objects.filter(pk=run_id).update(input={"order": 2**70})
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"".join(export_jsonl(filters=ExportFilters())))
+    assert verify_export_file(path, load_public_key(PUBLIC_KEY)).ok
+    assert json.loads(path.read_bytes().splitlines()[1])["run"]["input"] == {"order": 2**70}

@@ -86,9 +86,9 @@ def test_changing_one_byte_of_one_event_names_that_run_and_event(exported: Path)
     record = json.loads(lines[target])
     run_id = record["run"]["id"]
     event = record["events"][2]  # seq 3: the first step_intent
-    needle = b'"idempotency_key":"' + event["payload"]["idempotency_key"].encode()
+    key = event["payload"]["idempotency_key"].encode()
     events_start = lines[target].index(b'"events":')
-    position = lines[target].index(needle, events_start) + len(b'"idempotency_key":"') + 2
+    position = lines[target].index(key, events_start) + 2  # inside the event's copy of the key
     raw = bytearray(lines[target])
     raw[position] = ord("0") if raw[position] != ord("0") else ord("1")  # one byte
     lines[target] = bytes(raw)
