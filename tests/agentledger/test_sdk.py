@@ -24,11 +24,10 @@ from agentledger import (
 )
 from runs.models import Event, Step
 from runs.models import Run as RunRow
+from tests.agents.ports import port_in_range
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
-
-SDK_PORT = 8291  # a port of this suite's range (8200-8299) for the flaky fake server
 
 
 @pytest.fixture
@@ -306,10 +305,11 @@ class _Flaky(http.server.BaseHTTPRequestHandler):
 
 
 def test_5xx_answers_are_retried_with_backoff_then_reported() -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", SDK_PORT), _Flaky)
+    port = port_in_range(8290, 8296)  # this suite's range is 8200-8299
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Flaky)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        with Ledger(f"http://127.0.0.1:{SDK_PORT}", "t", retries=3, backoff=0.01) as client:
+        with Ledger(f"http://127.0.0.1:{port}", "t", retries=3, backoff=0.01) as client:
             _Flaky.answers[:] = [503, 502]
             assert client.get_run("r")["status"] == "running"
             assert _Flaky.answers == []

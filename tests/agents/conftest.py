@@ -21,12 +21,13 @@ from aiosmtpd.controller import Controller
 
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
+from tests.agents.ports import port_in_range
 from tests.conftest import ROOT, wait_for_http
 from tests.conftest import test_database_url as database_url
 from tools.models import KnowledgeArticle, OutboundEmail, Ticket
 
-LEDGER_PORT = 8210
-SMTP_PORT = 8225
+LEDGER_PORT = port_in_range(8210, 8219)
+SMTP_PORT = port_in_range(8220, 8229)
 REDIS_URL = "redis://127.0.0.1:6379/2"
 
 

@@ -14,9 +14,8 @@ import pytest
 from agents.llm import ModelError, OpenAIChatModel, ScriptedModel
 from runs.models import Run, Step
 from tests.agents.conftest import AgentDesk, effects_for
+from tests.agents.ports import port_in_range
 from tests.conftest import ROOT
-
-MODEL_PORT = 8230
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -111,10 +110,11 @@ class ChatCompletions(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def chat_server() -> Iterator[str]:
     ChatCompletions.requests = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", MODEL_PORT), ChatCompletions)
+    port = port_in_range(8230, 8239)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), ChatCompletions)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{MODEL_PORT}/v1"
+        yield f"http://127.0.0.1:{port}/v1"
     finally:
         server.shutdown()
         server.server_close()
