@@ -160,6 +160,7 @@ def _restart(ctx: Ctx, base_url: str) -> None:
         fig.add_rep(samples)
         import_fig.add_rep(imports)
         interp_fig.add_rep(interps)
+    _library_restarts(ctx)
     res.note(
         "recovery",
         "Whole restart: `bench/restart_agent.py crash` runs steps 0–12 through the SDK (read steps "
@@ -169,4 +170,60 @@ def _restart(ctx: Ctx, base_url: str) -> None:
         "the SDK, attaches by external_id, takes the lease (recovery), replays steps 0–12 from the "
         "journal without executing them, and reports the wall-clock time at which step 13's tool "
         "starts. Measured from just before the parent's `Popen` to that moment.",
+    )
+
+
+def _library_restarts(ctx: Ctx) -> None:
+    """The same story for DBOS and LangGraph (bench/baseline_restart.py, in bench/.venv)."""
+    script = str(ROOT / "bench" / "baseline_restart.py")
+    python = str(ROOT / "bench" / ".venv" / "bin" / "python")
+    reps, per_rep = ctx.size["reps"], max(1, ctx.size["restart_reps"] // 2)
+    for which, title in (("dbos", "DBOS"), ("langgraph", "LangGraph")):
+        ctx.log(f"recovery: {title} restart, {reps} × {per_rep}")
+        fig = ctx.results.add(
+            Figure(
+                f"{title} restart: process start → step 13 executing",
+                "ms",
+                baseline="whole restart: process start → step 13 executing",
+            )
+        )
+        imports = ctx.results.add(Figure(f"  of which `import` of {title}", "ms"))
+        try:
+            for _ in range(reps):
+                samples, import_ms = [], []
+                for _ in range(per_rep):
+                    ident = f"bench-{uuid.uuid4().hex[:12]}"
+                    crash = subprocess.run(
+                        [python, script, which, "crash", ident],
+                        capture_output=True,
+                        text=True,
+                        timeout=120,
+                    )
+                    if crash.returncode != 137:
+                        raise RuntimeError(
+                            f"crash exited {crash.returncode}: {crash.stderr[-500:]}"
+                        )
+                    t0 = time.time()
+                    resume = subprocess.run(
+                        [python, script, which, "resume", ident],
+                        capture_output=True,
+                        text=True,
+                        timeout=120,
+                    )
+                    line = next((x for x in resume.stdout.splitlines() if x.startswith("{")), None)
+                    if line is None:
+                        raise RuntimeError(f"resume never reached step 13: {resume.stderr[-500:]}")
+                    data = json.loads(line)
+                    samples.append((data["step13_at"] - t0) * 1000)
+                    import_ms.append(data["import_ms"])
+                fig.add_rep(samples)
+                imports.add_rep(import_ms)
+        except Exception as exc:
+            ctx.results.note("recovery", f"- {title} restart could not be measured: {exc}")
+    ctx.results.note(
+        "recovery",
+        "Library restarts (`bench/baseline_restart.py`, bench/.venv): the same 20 steps with "
+        "~10 KB outputs; the crash process dies as step 13 starts (step 12 checkpointed), then a "
+        "new process recovers: DBOS through `DBOS.launch()` (it recovers its executor's pending "
+        "workflows), LangGraph through `invoke(None)` on the same thread_id (durability sync).",
     )
