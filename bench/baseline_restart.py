@@ -25,6 +25,7 @@ class State(TypedDict, total=False):
     i: int
     last: dict[str, Any]
 
+
 PAYLOAD = {"text": "x" * 10_000}
 PG = "postgresql://{user}@{host}:{port}/{db}".format(
     user=os.environ.get("BENCH_PG_USER", "root"),
