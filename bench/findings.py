@@ -91,6 +91,18 @@ def findings(results: Results) -> str:
                 else ""
             )
         )
+    dbos_restart = _p50(results, "DBOS restart: process start → step 13 executing")
+    lang_restart = _p50(results, "LangGraph restart: process start → step 13 executing")
+    if restart and (dbos_restart or lang_restart):
+        lines.append(
+            "- **Restart beside the libraries** (same story, same machine, same minutes): "
+            + ", ".join(
+                f"{name} {value:.0f} ms ({value / restart:.1f}× the SDK's)"
+                for name, value in (("DBOS", dbos_restart), ("LangGraph", lang_restart))
+                if value
+            )
+            + "; most of theirs is importing the library."
+        )
     lines += [
         "",
         "**What would close the per-step and throughput gaps** (in order of expected effect):",
