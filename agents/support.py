@@ -23,7 +23,9 @@ from agentledger import (
     LeaseHeld,
     Ledger,
     LedgerError,
+    LedgerUnavailable,
     NeedsReview,
+    NondeterminismError,
     Run,
     RunFinished,
     StaleLease,
@@ -262,6 +264,10 @@ def run_support(
             return _outcome(context, agent, "stale_lease", error=str(stop))
         except RunFinished as stop:
             return _outcome(context, agent, "run_finished", error=str(stop))
+        except (NondeterminismError, LedgerUnavailable):
+            raise  # nothing was written: recovery (or the caller's retry) decides
+        except Exception as exc:  # the run context recorded the failure
+            return _outcome(context, agent, "failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def _after_step(run: Run, info: StepInfo) -> None:
@@ -294,6 +300,7 @@ def _outcome(
 
 EXIT_CODES = {
     "completed": 0,
+    "failed": 1,
     "needs_review": 3,
     "budget_exceeded": 4,
     "stale_lease": 5,
@@ -310,9 +317,9 @@ def main(argv: list[str] | None = None) -> int:
             "Running it again for the same ticket attaches to the same run and resumes it."
         ),
         epilog=(
-            "Exit codes: 0 completed, 3 needs_review, 4 budget_exceeded, 5 stale lease (another "
-            "worker took over), 6 run already finished, 7 lease held by another worker, 2 bad "
-            "input, 1 error. The last line of output is a JSON summary."
+            "Exit codes: 0 completed, 1 failed or error, 2 bad input, 3 needs_review, "
+            "4 budget_exceeded, 5 stale lease (another worker took over), 6 run already "
+            "finished, 7 lease held by another worker. The last line of output is a JSON summary."
         ),
     )
     parser.add_argument("--ticket", help="inbound ticket id (demo inbox: T-1001..T-1003)")

@@ -12,13 +12,15 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from agentledger import Ledger
+from agentledger import Ledger, LedgerUnavailable
 from agents.registry import agent_runner
 
 logger = logging.getLogger(__name__)
 
 # wait this long before retrying a run whose lease another live worker holds
 LEASE_HELD_RETRY_SECONDS = 5
+# and this long when the ledger could not be reached (the SDK already retried with backoff)
+LEDGER_DOWN_RETRY_SECONDS = 10
 
 
 @shared_task(
@@ -36,8 +38,12 @@ def run_agent(self: Any, run_id: str, agent: str) -> dict[str, Any]:
     """
     runner = agent_runner(agent)
     worker = f"celery:{self.request.hostname or 'local'}"
-    with Ledger(settings.LEDGER_URL, settings.LEDGER_TOKEN) as ledger:
-        outcome = runner(ledger, run_id=run_id, worker=worker)
+    try:
+        with Ledger(settings.LEDGER_URL, settings.LEDGER_TOKEN) as ledger:
+            outcome = runner(ledger, run_id=run_id, worker=worker)
+    except LedgerUnavailable as error:
+        logger.warning("run %s: ledger unavailable, retrying: %s", run_id, error)
+        raise self.retry(countdown=LEDGER_DOWN_RETRY_SECONDS) from error
     logger.info("run %s: %s", run_id, outcome.status)
     if outcome.status == "lease_held":
         raise self.retry(countdown=LEASE_HELD_RETRY_SECONDS)

@@ -356,3 +356,24 @@ def test_gateway_tools_run_with_the_step_key_and_refusals_are_recorded_errors(
     assert comment.result is not None
     assert refused.value.result["error"] == comment.result["error"] == "ticket_not_found"
     assert RunRow.objects.get(pk=run.id).status == "completed"
+
+
+def test_an_interrupted_tool_enforced_write_runs_again_with_the_same_key(ledger: Ledger) -> None:
+    keys: list[str] = []
+
+    def charge(amount: int, idempotency_key: str) -> dict[str, int]:
+        keys.append(idempotency_key)  # the payment provider dedupes on this key
+        return {"charged": amount}
+
+    first = ledger.run("sdk-tool-enforced", {}, worker="pod-11").__enter__()
+    # the process died after journalling the intent, before (or while) charging
+    intent = first._intent(0, "tool", "charge", "write", "tool", {"amount": 3}, outcome=None)
+    crash(first)
+    with ledger.attach(first.id, worker="pod-11") as second:
+        assert second.journal[0]["state"] == "interrupted"
+        assert second.tool("charge", {"amount": 3}, fn=charge) == {"charged": 3}
+        second.output = "ok"
+    assert keys == [intent["idempotency_key"]]
+    step = Step.objects.get(run_id=first.id, index=0)
+    assert (step.state, step.enforced_by, step.executions) == ("done", "tool", 2)
+    assert RunRow.objects.get(pk=first.id).used_steps == 1  # the re-execution cost no new step
