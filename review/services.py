@@ -340,6 +340,17 @@ def login_success_clear(*, username: str, ip: str) -> None:
     LoginFailure.objects.filter(username=username.lower()[:150], ip=ip).delete()
 
 
+def login_failures_prune() -> int:
+    """Forget failure counters whose window and lockout are both over (guessed names pile up)."""
+    cutoff = timezone.now() - timedelta(seconds=login_lockout_seconds())
+    deleted, _ = (
+        LoginFailure.objects.filter(first_failure_at__lt=cutoff)
+        .exclude(locked_until__gt=timezone.now())
+        .delete()
+    )
+    return deleted
+
+
 # --- escalation ---------------------------------------------------------------------------------
 
 

@@ -282,3 +282,31 @@ def test_an_item_past_the_sla_mails_the_supervisors_once(groups, settings, mailo
     assert sorted(mail.to) == ["alice@example.com", "bob@example.com"]
     assert f"/queue/{item.run_id}/2/" in mail.body
     assert Escalation.objects.get().step_id == item.step.pk
+
+
+@pytest.mark.django_db
+def test_stale_login_failure_counters_are_pruned_but_live_lockouts_kept(groups):
+    from review.services import login_failure_record, login_failures_prune
+
+    login_failure_record(username="ghost", ip="10.0.0.1")
+    login_failure_record(username="locked", ip="10.0.0.2")
+    old = timezone.now() - timedelta(hours=2)
+    LoginFailure.objects.update(first_failure_at=old)
+    LoginFailure.objects.filter(username="locked").update(
+        locked_until=timezone.now() + timedelta(minutes=5)
+    )
+    assert login_failures_prune() == 1
+    assert list(LoginFailure.objects.values_list("username", flat=True)) == ["locked"]
+
+
+@pytest.mark.django_db
+def test_beat_task_escalates_through_the_service(groups, settings, mailoutbox, monkeypatch):
+    from review.tasks import escalate_waiting_items
+
+    settings.REVIEW_SLA_SECONDS = 60
+    user_in(SUPERVISORS, "alice", email="alice@example.com")
+    killed_support_run()
+    later = clock.now() + timedelta(seconds=61)
+    monkeypatch.setattr(clock, "now", lambda: later)
+    assert escalate_waiting_items() == 1  # called directly: a task is a thin caller
+    assert len(mailoutbox) == 1
