@@ -168,7 +168,16 @@ def test_a_claimed_item_cannot_be_resolved_by_someone_else_until_the_claim_expir
     response = _resolve(bob, unknown_step, action="sent", note="bob")
     assert any(m.startswith("alice is working on this item") for m in _messages(response))
     assert unknown_step.step.state == StepState.UNKNOWN
-    # the claim expires: bob may now resolve
+    # alice gives the item up: bob may claim it; then his claim expires
+    alice.post(f"/queue/{unknown_step.run_id}/2/release")
+    assert unknown_step.step.claimed_by is None
+    response = bob.post(f"/queue/{unknown_step.run_id}/2/claim", follow=True)
+    assert "You claimed this item." in _messages(response)
+    assert AuditEntry.objects.filter(action="step.release").count() == 1
+    bob.post(f"/queue/{unknown_step.run_id}/2/release")
+    alice.post(f"/queue/{unknown_step.run_id}/2/claim")
+    assert unknown_step.step.claimed_by.username == "alice"
+    # alice's claim expires: bob may now resolve
     Step.objects.filter(pk=unknown_step.step.pk).update(
         claim_expires_at=unknown_step.step.intent_at
     )
