@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import mailbox
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".demo"
-ROUND_FILE = STATE / "story-round"
 RUN_TIMEOUT_SECONDS = 240.0
 EVICT_AFTER_STEP = 12
 POD_LEASE_TTL = 15
@@ -126,9 +126,17 @@ def missing_parts() -> list[str]:
 
 
 def next_round() -> int:
-    round_no = int(ROUND_FILE.read_text()) + 1 if ROUND_FILE.exists() else 1
-    ROUND_FILE.write_text(str(round_no))
-    return round_no
+    """One more than the highest story round in the database (ticket ids T-<round><nnn>), so a
+    second start, or a start after --reset against your own DATABASE_URL, tells a new story."""
+    from runs.models import Run
+
+    rounds = [0]
+    external_ids = Run.objects.filter(agent="support", external_id__startswith="ticket:T-")
+    for external_id in external_ids.values_list("external_id", flat=True):
+        match = re.fullmatch(r"ticket:T-(\d+)(\d{3})", external_id or "")
+        if match:
+            rounds.append(int(match.group(1)))
+    return max(rounds) + 1
 
 
 # --------------------------------------------------------------------------------------------
