@@ -32,9 +32,14 @@ def port_in_my_range() -> int:
     raise RuntimeError("no free port in 8300-8399")
 
 
-def shot(page: Any, name: str) -> None:
+def shot(page: Any, name: str, *, mask: tuple[str, ...] = ()) -> None:
+    """A full-page screenshot into docs/screenshots/; `mask` hides secrets (a new token)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    page.screenshot(
+        path=str(SCREENSHOTS / f"{name}.png"),
+        full_page=True,
+        mask=[page.locator(selector) for selector in mask],
+    )
 
 
 @pytest.fixture(scope="session")

@@ -176,7 +176,7 @@ def test_a_claimed_item_cannot_be_resolved_by_someone_else_until_the_claim_expir
     assert AuditEntry.objects.filter(action="step.release").count() == 1
     bob.post(f"/queue/{unknown_step.run_id}/2/release")
     alice.post(f"/queue/{unknown_step.run_id}/2/claim")
-    assert unknown_step.step.claimed_by.username == "alice"
+    assert getattr(unknown_step.step.claimed_by, "username", None) == "alice"
     # alice's claim expires: bob may now resolve
     Step.objects.filter(pk=unknown_step.step.pk).update(
         claim_expires_at=unknown_step.step.intent_at
