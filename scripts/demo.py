@@ -231,6 +231,7 @@ class Supervisor:
         self.transient: list[Child] = []  # agent worker processes the story starts and awaits
         self.stopping = threading.Event()
         self.interrupts = 0
+        self.signal_name = ""
 
     # signals -------------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -239,6 +240,7 @@ class Supervisor:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.interrupts += 1
+        self.signal_name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         if self.interrupts == 1:
             self.stopping.set()
             raise Stopping()
@@ -280,7 +282,8 @@ class Supervisor:
     def save_pids(self) -> None:
         import psutil
 
-        pids: dict[str, list[float]] = {}
+        me = psutil.Process()
+        pids: dict[str, list[float]] = {"supervisor": [me.pid, me.create_time()]}
         for name, child in self.children.items():
             if child.alive():
                 try:
@@ -324,12 +327,25 @@ class Supervisor:
             sig = signal.SIGINT if name == "postgres" else signal.SIGTERM
             say(f"    stopping {name}")
             child.stop(sig, timeout=20.0 if name in ("postgres", "worker") else 10.0)
-        PIDS_FILE.unlink(missing_ok=True)
+        if self.children:  # only the file this supervisor wrote (not a running demo's)
+            PIDS_FILE.unlink(missing_ok=True)
 
 
-def stop_leftovers() -> None:
+def _still_running(pid: float, created: float) -> Any:
+    """The psutil.Process for a recorded (pid, start time), or None if it is gone or reused."""
+    import psutil
+
+    try:
+        proc = psutil.Process(int(pid))
+        return proc if abs(proc.create_time() - created) <= 1 else None
+    except psutil.NoSuchProcess:
+        return None
+
+
+def stop_leftovers(*, running_demo: str = "refuse") -> None:
     """Stop what a previous demo left running if it was killed without a chance to clean up
-    (the process ids and start times are in .demo/pids.json)."""
+    (the process ids and start times are in .demo/pids.json). A demo that is still running
+    (its supervisor alive) is refused (`running_demo="refuse"`) or asked to stop ("stop")."""
     import psutil
 
     if PIDS_FILE.exists():
@@ -337,19 +353,29 @@ def stop_leftovers() -> None:
             recorded = json.loads(PIDS_FILE.read_text())
         except ValueError:
             recorded = {}
-        for name, (pid, created) in recorded.items():
-            try:
-                proc = psutil.Process(int(pid))
-                if abs(proc.create_time() - created) > 1:
-                    continue  # the pid was reused by something else
-            except psutil.NoSuchProcess:
+        supervisor = recorded.pop("supervisor", None)
+        live = _still_running(*supervisor) if supervisor else None
+        if live is not None and live.pid != os.getpid():
+            if running_demo == "refuse":
+                raise DemoError(
+                    f"a demo is already running from this checkout (pid {live.pid}). "
+                    "Stop it with Ctrl-C in its terminal (or scripts/demo --reset)."
+                )
+            say(f"    stopping the demo that is running (pid {live.pid})")
+            live.send_signal(signal.SIGTERM)
+            with contextlib.suppress(psutil.TimeoutExpired):
+                live.wait(timeout=90)
+        order = ["web", "beat", "worker", "mail", "postgres"]  # clients before the database
+        for name, (pid, created) in sorted(
+            recorded.items(), key=lambda item: order.index(item[0]) if item[0] in order else 0
+        ):
+            proc = _still_running(pid, created)
+            if proc is None:
                 continue
             say(f"    stopping {name} (pid {pid}) left over from a previous demo")
-            try:
-                os.killpg(int(pid), signal.SIGINT if name == "postgres" else signal.SIGTERM)
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.TimeoutExpired):
+                proc.send_signal(signal.SIGINT if name == "postgres" else signal.SIGTERM)
                 proc.wait(timeout=20)
-            except (ProcessLookupError, psutil.TimeoutExpired):
-                pass
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(pid), signal.SIGKILL)
         PIDS_FILE.unlink(missing_ok=True)
@@ -740,7 +766,7 @@ def reset() -> int:
     import psutil  # noqa: F401 (fail early with a clear message if run outside the venv)
 
     step("stopping anything a previous demo left running")
-    stop_leftovers()
+    stop_leftovers(running_demo="stop")
     if not os.environ.get("CELERY_BROKER_URL") and os.environ.get("DEMO_BROKER") != "filesystem":
         redis_flush_demo_db()
     if STATE.exists():
@@ -772,7 +798,7 @@ def run(args: argparse.Namespace) -> int:
         return demo(args, sup, started)
     except Stopping:
         say()
-        step("Ctrl-C: stopping")
+        step(f"{sup.signal_name or 'signal'}: stopping")
         return 0
     except DemoError as exc:
         say(f"\nscripts/demo: {exc}")
@@ -786,8 +812,9 @@ def run(args: argparse.Namespace) -> int:
             connections.close_all()
         except Exception:  # noqa: S110 (Django may not be set up yet: nothing to close)
             pass
-        sup.stop_all(["web", "beat", "worker", "mail", "postgres"])
-        step("stopped; scripts/demo starts it again, scripts/demo --reset wipes its data")
+        if sup.children:
+            sup.stop_all(["web", "beat", "worker", "mail", "postgres"])
+            step("stopped; scripts/demo starts it again, scripts/demo --reset wipes its data")
 
 
 def demo(args: argparse.Namespace, sup: Supervisor, started: float) -> int:
@@ -795,12 +822,12 @@ def demo(args: argparse.Namespace, sup: Supervisor, started: float) -> int:
     LOGS.mkdir(exist_ok=True)
     for sub in ("cur", "new", "tmp"):  # a Maildir; aiosmtpd only creates one that is missing
         (MAIL_DIR / sub).mkdir(parents=True, exist_ok=True)
+    stop_leftovers(running_demo="refuse")
     if not port_free(args.port):
         raise DemoError(
             f"port {args.port} is in use (another demo, or another server). "
             "Stop it, or choose another port with DEMO_PORT=8001 scripts/demo."
         )
-    stop_leftovers()
 
     secret_key, _ = read_or_create(SECRET_FILE, lambda: secrets.token_urlsafe(48))
     database_url = os.environ.get("DATABASE_URL")
