@@ -266,6 +266,20 @@ def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running
         assert budget["tickets"] == 0 and budget["emails"] == 0
         assert [runs[k]["status"] for k in runs if k.startswith("completes")] == ["completed"] * 3
 
+        # a second demo of the same checkout is refused while this one runs (and harms nothing)
+        refused = subprocess.run(
+            [str(clean_clone / "scripts" / "demo")],
+            cwd=clean_clone,
+            env=demo_env(demo_port()),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert "already running from this checkout" in refused.stdout
+        assert httpx.get(f"{url}/login/", timeout=10).status_code == 200
+
         started_processes = processes_of(clean_clone)
         assert any("postgres" in " ".join(p.cmdline()) for p in started_processes)
         assert any("celery" in " ".join(p.cmdline()) for p in started_processes)
