@@ -309,7 +309,9 @@ class Run:
                     f"/api/v1/tools/{name}/invoke",
                     json={"arguments": dict(arguments)},
                     headers=headers,
-                    idempotent=idempotency_key is not None,
+                    # safe to resend either way: with a key the gateway runs it at most once;
+                    # without one only read tools are accepted (a write is refused with 400)
+                    idempotent=True,
                     retry_on=GATEWAY_RETRY_STATUSES,
                 )
             except LedgerError as error:
