@@ -6,9 +6,9 @@ VENV="$ROOT/.venv"
 
 find_python() {
     local candidate
-    for candidate in "${PYTHON:-}" python3.13 python3.12 python3 \
-        "$HOME"/.pyenv/versions/3.13*/bin/python3 "$HOME"/.pyenv/versions/3.12*/bin/python3 \
-        /usr/local/bin/python3.13 /usr/local/bin/python3.12 /opt/homebrew/bin/python3.13 /opt/homebrew/bin/python3.12; do
+    for candidate in "${PYTHON:-}" python3 python3.12 python3.13 python3.14 \
+        "$HOME"/.pyenv/versions/3.12*/bin/python3 "$HOME"/.pyenv/versions/3.13*/bin/python3 \
+        /usr/local/bin/python3.12 /usr/local/bin/python3.13 /opt/homebrew/bin/python3.12 /opt/homebrew/bin/python3.13; do
         [ -n "$candidate" ] || continue
         if "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1; then
             command -v "$candidate" 2>/dev/null || echo "$candidate"
