@@ -28,6 +28,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db.models import F
 
 from runs import clock
 from runs.api_errors import ApplicationError
@@ -176,6 +177,7 @@ def _answer_existing(
         )
     if row.state != KeyStatus.IN_PROGRESS:
         assert row.status_code is not None
+        IdempotencyKey.objects.filter(pk=row.pk).update(replay_count=F("replay_count") + 1)
         return Outcome(status_code=row.status_code, body=row.response or {}, replayed=True)
     stale = _is_stale(row, now)
     if stale and _retry_approved(row):

@@ -34,6 +34,8 @@ class IdempotencyKey(models.Model):
     locked_at = models.DateTimeField()
     created_at = models.DateTimeField()
     completed_at = models.DateTimeField(null=True, blank=True)
+    # requests answered from the store instead of executing: the duplicates this key prevented
+    replay_count = models.PositiveIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [

@@ -35,6 +35,7 @@ def test_first_invoke_executes_and_the_same_request_again_gets_the_stored_respon
         "tickets.create",
         arguments_hash(TICKET),
     )
+    assert row.replay_count == 1  # the duplicate it prevented, shown in the run's transcript
 
 
 def test_write_tool_without_key_is_refused_400_and_changes_nothing(invoke: Any) -> None:
