@@ -115,7 +115,11 @@ def findings(results: Results) -> str:
         "API and cache token lookups for a second (revocation then takes ≤ 1 s).",
         "3. A lean path for the two hot endpoints (plain Django views with `json.loads` and "
         "hand-built responses, no DRF request/serializer machinery), keeping DRF for the rest.",
-        "4. More CPU for the web tier: on this 2-core box the load generator, PostgreSQL and "
+        "4. Drop two redundant indexes: `runs_step(run_id)` and `runs_event(run_id)` (the "
+        "foreign keys' automatic indexes) are prefixes of the unique `(run_id, index)` and "
+        "`(run_id, seq)` indexes; every step row and event row pays one index insertion more "
+        "than it needs (the EXPLAINs below use the unique ones).",
+        "5. More CPU for the web tier: on this 2-core box the load generator, PostgreSQL and "
         "gunicorn compete; the throughput target assumes the web process has the cores.",
         "",
         'Already done in this round (commit "runs: smaller hot-path writes"): a read step '
