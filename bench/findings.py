@@ -118,7 +118,8 @@ def findings(results: Results) -> str:
         "4. Drop two redundant indexes: `runs_step(run_id)` and `runs_event(run_id)` (the "
         "foreign keys' automatic indexes) are prefixes of the unique `(run_id, index)` and "
         "`(run_id, seq)` indexes; every step row and event row pays one index insertion more "
-        "than it needs (the EXPLAINs below use the unique ones).",
+        "than it needs (the EXPLAINs below pick the FK indexes, but the unique ones serve the same "
+        "`WHERE run_id = … ORDER BY index/seq` lookups, already in order).",
         "5. More CPU for the web tier: on this 2-core box the load generator, PostgreSQL and "
         "gunicorn compete; the throughput target assumes the web process has the cores.",
         "",
