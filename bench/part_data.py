@@ -271,14 +271,17 @@ def _export(ctx: Ctx, tier: int) -> None:
         start_new_session=True,
     )
     peak = 0
+    cpu = 0.0
     done = threading.Event()
 
     def watch() -> None:
-        nonlocal peak
+        nonlocal peak, cpu
         try:
             p = psutil.Process(proc.pid)
             while not done.is_set():
                 peak = max(peak, p.memory_info().rss)
+                times = p.cpu_times()
+                cpu = times.user + times.system
                 time.sleep(0.05)
         except psutil.NoSuchProcess:
             pass
@@ -320,6 +323,16 @@ def _export(ctx: Ctx, tier: int) -> None:
         Figure(f"export runs/s, {label}", "runs/s", reps=[[lines / elapsed]], higher_is_better=True)
     )
     res.add(Figure(f"export peak RSS, {label}", "MB", reps=[[peak / 1e6]]))
+    if cpu:
+        res.add(
+            Figure(
+                f"export MB per CPU-second of the exporter, {label}",
+                "MB/s",
+                reps=[[written / 1e6 / cpu]],
+                higher_is_better=True,
+                note="wall time is shared with other work; CPU time is the exporter's own",
+            )
+        )
     res.note(
         "dashboard",
         f"- export of {label}: {written / 1e6:,.0f} MB, {lines:,} lines in {elapsed:.1f} s"
