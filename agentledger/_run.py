@@ -319,7 +319,14 @@ class Run:
                     if time.monotonic() - waited_since < IN_PROGRESS_WAIT_SECONDS:
                         time.sleep(0.2)
                         continue
-                    raise
+                    # an execution the server lost (e.g. its database connection died mid-tool)
+                    # holds the key: stop without failing the run; recovery decides from the key
+                    raise LedgerUnavailable(
+                        error.message,
+                        code=error.code,
+                        status=error.status,
+                        details=error.details,
+                    ) from error
                 if error.status in TOOL_REFUSAL_STATUSES:
                     # the tool refused or failed (stored for the key): a recorded error step
                     raise _ToolRefused(error) from error

@@ -227,7 +227,9 @@ class Stack:
 
 
 @pytest.fixture
-def mail_stack(transactional_db: Any, tmp_path: Path) -> Iterator[Stack]:
+def mail_stack(
+    transactional_db: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Stack]:
     """A gunicorn whose email backend talks to a local SMTP sink; a token, the support policy
     (20 steps, 10 recoveries) and a small knowledge base."""
     from tools.models import KnowledgeArticle
@@ -258,6 +260,7 @@ def mail_stack(transactional_db: Any, tmp_path: Path) -> Iterator[Stack]:
         "EMAIL_HOST": "127.0.0.1",
         "EMAIL_PORT": str(smtp_port),
         "CELERY_BROKER_URL": "redis://127.0.0.1:6379/7",
+        **getattr(request.module, "SERVER_ENV", {}),  # a test module's extra server settings
     }
     try:
         with gunicorn(env=env, workers=3) as url:

@@ -10,9 +10,13 @@ starting, and sets it back in a `finally`. The test's own connection is spared (
 excluded) so the test can keep asserting.
 """
 
+import os
 import random
+import subprocess
+import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
@@ -22,7 +26,7 @@ import httpx
 from django.db import connection
 
 from runs.models import Event, Run, Step
-from tests.reliability.conftest import Scale
+from tests.reliability.conftest import ROOT, Scale, Stack
 from tests.reliability.helpers import Worker, chain_intact
 
 
@@ -259,3 +263,90 @@ def test_while_the_database_is_away_the_api_answers_503_then_recovers_and_runs_c
         base_url=ledger_server, headers={"Authorization": f"Bearer {raw_token}"}
     ) as client:
         assert client.get(f"/api/v1/runs/{probe_id}/").status_code == 200
+
+
+def _start_agent(stack: Stack, ticket: str, customer: str, worker: str) -> subprocess.Popen[str]:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENT_CRASH", "AGENT_STOP"))},
+        "LEDGER_URL": stack.url,
+        "LEDGER_TOKEN": stack.token,
+        "EMAIL_HOST": "127.0.0.1",
+        "EMAIL_PORT": str(stack.smtp_port),
+    }
+    argv = [sys.executable, "-m", "agents.support", "--ticket", ticket, "--customer", customer]
+    argv += ["--subject", "Charged twice", "--body", "Please refund one charge."]
+    argv += ["--worker", worker]
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+# a lost tool execution's key turns stale after 5 s here (not 60), to keep the test short
+SERVER_ENV = {"TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS": "5"}
+
+
+def test_support_agents_run_through_killed_database_connections_and_nothing_doubles(
+    mail_stack: Stack, scale: Scale
+) -> None:
+    """Real agent processes (the SDK retries what is safe) while server connections are killed.
+
+    An agent that stops on an error it may not retry is restarted, as a pod supervisor would.
+    Every run ends completed, or in review when a kill landed inside a tool's execution (its key
+    stays in progress: the tool side cannot tell a lost execution from a slow one); never failed,
+    never an effect twice.
+    """
+    from tools.models import IdempotencyKey, OutboundEmail, Ticket, TicketComment
+
+    database = connection.settings_dict["NAME"]
+    spare = _own_pid()
+    tag = uuid.uuid4().hex[:8]
+    agents = {f"DB-{tag}-{i}": f"dbagent-{tag}-{i}@example.com" for i in range(6)}
+    procs = {t: _start_agent(mail_stack, t, c, f"db-{t}") for t, c in agents.items()}
+    exits: dict[str, list[int]] = {t: [] for t in agents}
+    rng = random.Random(11)
+    kills = terminated = 0
+    started = time.monotonic()
+    while procs:
+        assert time.monotonic() - started < 240, {t: exits[t] for t in procs}
+        time.sleep(rng.uniform(0.05, 0.3))
+        if kills < scale.db_fault_kills * 2:
+            terminated += _kill_backends(database, spare)
+            kills += 1
+        for ticket, proc in list(procs.items()):
+            if proc.poll() is None:
+                continue
+            exits[ticket].append(proc.returncode)
+            if proc.returncode in (0, 3):  # completed, needs_review
+                del procs[ticket]
+            else:
+                assert len(exits[ticket]) < 6, (
+                    ticket,
+                    exits[ticket],
+                    proc.stderr and proc.stderr.read(),
+                )
+                procs[ticket] = _start_agent(mail_stack, ticket, agents[ticket], f"db-{ticket}")
+    took = time.monotonic() - started
+
+    statuses: Counter[str] = Counter()
+    for ticket, customer in agents.items():
+        run = Run.objects.get(agent="support", external_id=f"ticket:{ticket}")
+        statuses[run.status] += 1
+        assert run.status in ("completed", "needs_review"), (ticket, run.status, run.error)
+        assert chain_intact(str(run.pk))
+        assert run.used_steps == run.step_count <= 20
+        tickets = Ticket.objects.filter(customer=customer)
+        assert tickets.count() <= 1
+        assert OutboundEmail.objects.filter(to=customer).count() <= 1
+        assert len(mail_stack.smtp.to(customer)) <= 1
+        for t in tickets:
+            assert TicketComment.objects.filter(ticket=t).count() <= 1
+        if run.status == "completed":
+            assert tickets.count() == 1 and len(mail_stack.smtp.to(customer)) == 1
+        else:
+            for step in Step.objects.filter(run=run, state="unknown"):
+                key = IdempotencyKey.objects.get(key=step.idempotency_key)
+                assert key.state == "in_progress", (step.name, key.state)
+    print(
+        f"\nagents through db kills: {kills} rounds, {terminated} connections terminated, "
+        f"{took:.1f}s; final statuses {dict(statuses)}; worker exits {exits}"
+    )
