@@ -63,7 +63,9 @@ EPILOG = """\
 environment:
   DEMO_PORT     web server port (default 8000)
   DEMO_BROKER   auto | redis | filesystem: which embedded broker to use (default auto)
-  DEMO_VENV     use this existing virtualenv as it is, install nothing (default .venv)
+  DEMO_VENV     reuse this virtualenv's packages (.venv is made on top of them; nothing is
+                installed). Default: .venv is created and the project installed into it
+  LOG_LEVEL     the product's log level (logs in .demo/logs/; default INFO)
   DATABASE_URL, CELERY_BROKER_URL   use your own PostgreSQL / broker instead of embedded ones
 """
 
