@@ -366,7 +366,7 @@ def stop_leftovers(*, running_demo: str = "refuse") -> None:
             live.send_signal(signal.SIGTERM)
             with contextlib.suppress(psutil.TimeoutExpired):
                 live.wait(timeout=90)
-        order = ["web", "beat", "worker", "mail", "postgres"]  # clients before the database
+        order = ["beat", "worker", "web", "mail", "postgres"]  # clients before the database
         for name, (pid, created) in sorted(
             recorded.items(), key=lambda item: order.index(item[0]) if item[0] in order else 0
         ):
@@ -814,7 +814,8 @@ def run(args: argparse.Namespace) -> int:
         except Exception:  # noqa: S110 (Django may not be set up yet: nothing to close)
             pass
         if sup.children:
-            sup.stop_all(["web", "beat", "worker", "mail", "postgres"])
+            # beat and the worker first: a run in progress finishes its calls to the web server
+            sup.stop_all(["beat", "worker", "web", "mail", "postgres"])
             step("stopped; scripts/demo starts it again, scripts/demo --reset wipes its data")
 
 

@@ -314,6 +314,16 @@ def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running
     assert again.returncode == 0, second.text
     assert processes_of(clean_clone) == []
 
+    # Ctrl-C in the middle of the story (an agent worker process and Celery runs under way)
+    third = demo_start(clean_clone, port)
+    midway = Output(third, clean_clone)
+    try:
+        midway.wait_for(r"a worker process evicted \(SIGKILL\) after step 12", SUMMARY_TIMEOUT)
+    finally:
+        ctrl_c(third)
+    assert third.returncode == 0, midway.text
+    assert processes_of(clean_clone) == []
+
     # --reset wipes the demo's data
     reset = subprocess.run(
         [str(clean_clone / "scripts" / "demo"), "--reset"],
