@@ -113,3 +113,62 @@ def test_twenty_concurrent_intents_with_five_steps_left_create_exactly_five_step
     assert Event.objects.filter(run=run, type="budget_exceeded").count() == 1
     assert chain_intact(run_id)
     setup.close()
+
+
+def test_concurrent_read_steps_overshoot_the_token_budget_by_at_most_the_last_outcome(
+    ledger_server: str,
+    raw_token: str,
+    transactional_db: Any,
+    make_policy: Callable[..., Any],
+) -> None:
+    """Usage is a fact recorded with its step; only the outcome that crosses the limit may pass it."""
+    make_policy("tokens", max_steps=500, max_tokens=1000)
+    setup = Worker(ledger_server, raw_token)
+    run_id = setup.create(agent="tokens")["id"]
+    epoch = setup.lease(run_id).json()["epoch"]
+    per_step = 70
+
+    def keep_reading(i: int) -> Counter[str]:
+        seen: Counter[str] = Counter()
+        worker = Worker(ledger_server, raw_token)
+        try:
+            for _ in range(60):
+                index = worker.run(run_id)["step_count"]
+                response = worker.intent(
+                    run_id,
+                    epoch,
+                    index,
+                    kind="model",
+                    name="model.chat",
+                    effect="read",
+                    enforced_by=None,
+                    arguments={"thread": i},
+                    outcome={
+                        "status": "ok",
+                        "result": {},
+                        "usage": {"input_tokens": per_step, "output_tokens": 0},
+                    },
+                )
+                if response.status_code == 201:
+                    seen["recorded"] += 1
+                    continue
+                code = response.json()["error"]["code"]
+                seen[code] += 1
+                if code == "budget_exceeded":
+                    return seen
+            raise AssertionError(f"thread {i} never saw budget_exceeded: {seen}")
+        finally:
+            worker.close()
+
+    outcomes = all_at_once(20, keep_reading)
+    run = Run.objects.get(pk=run_id)
+    recorded = Step.objects.filter(run=run, state="done").count()
+    assert run.status == "budget_exceeded"
+    assert run.used_tokens == recorded * per_step  # every recorded step counted, once
+    assert run.limit_tokens < run.used_tokens <= run.limit_tokens + per_step
+    assert (
+        sum(c["recorded"] for c in outcomes) + sum(c["budget_exceeded"] for c in outcomes)
+        >= recorded
+    )
+    assert chain_intact(run_id)
+    setup.close()
