@@ -37,7 +37,7 @@ def test_fifty_concurrent_invokes_per_key_across_twenty_keys_make_one_effect_eac
         calls += [(key, "email.send", args)] * PER_KEY
     random.Random(7).shuffle(calls)
 
-    local = {}
+    local: dict[int, httpx.Client] = {}
 
     def invoke(call: tuple[str, str, dict[str, Any]]) -> tuple[str, int, Any, bool]:
         key, tool, args = call
