@@ -270,6 +270,10 @@ def _batches(
     while True:
         with transaction.atomic():
             repeatable_read()
+            with connection.cursor() as cursor:
+                # short indexed reads: JIT compilation costs more than it saves (measured: 80 ms
+                # of a 110 ms batch query when the planner overestimates the rows)
+                cursor.execute("SET LOCAL jit = off")
             page = runs.filter(created_at__gt=after) if after is not None else runs
             batch_runs = list(page.order_by("created_at")[:BATCH])
             if not batch_runs:
