@@ -84,7 +84,7 @@ def scale(request: pytest.FixtureRequest) -> Scale:
             db_fault_kills=60,
             outage_seconds=10.0,
             chaos_runs=60,
-            chaos_kills=200,
+            chaos_kills=120,
         )
     return Scale(
         soak=False,

@@ -1,9 +1,9 @@
 """Chaos: 20 support-agent runs as real processes while a killer SIGKILLs them at random moments.
 
 Each of the 20 runs is driven by `python -m tests.reliability.chaos_agent` (the support agent's
-CLI plus a log of acknowledged steps). A killer picks a random live worker every 50-400 ms and
-SIGKILLs it, at least Scale.chaos_kills times in all; a killed worker is restarted at once,
-under the same worker name (it takes its lease back at once) or a new one (it waits for the old
+CLI plus a log of acknowledged steps). Every 20-200 ms a killer SIGKILLs a random live worker
+that has journalled a step since it started, at least Scale.chaos_kills times in all; a killed
+worker is restarted at once, under the same worker name (it takes its lease back at once) or a new one (it waits for the old
 lease to expire). Four of the runs send email over plain SMTP (`enforced_by: nobody`), so a kill
 during that step is a "maybe sent" that must go to review, never be retried.
 
@@ -189,7 +189,7 @@ def test_twenty_support_runs_under_random_sigkills_finish_with_nothing_lost_or_d
             )
             counts["restarts_same_name" if same_name else "restarts_new_name"] += 1
             _start(mail_stack, victim, worker, **victim.hook)
-            next_kill = time.monotonic() + rng.uniform(0.05, 0.4)
+            next_kill = time.monotonic() + rng.uniform(0.02, 0.2)
         time.sleep(0.02)
     duration = time.monotonic() - started
 

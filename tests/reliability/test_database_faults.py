@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 from django.db import connection
 
-from runs.models import Event, Run, Step
+from runs.models import BudgetPolicy, Event, Run, Step
 from tests.reliability.conftest import ROOT, Scale, Stack
 from tests.reliability.helpers import Worker, chain_intact
 
@@ -154,11 +154,23 @@ def _assert_nothing_lost_or_doubled(run_ids: list[str], steps: int, acked: list[
 def _run_workers(
     server: str, token: str, scale: Scale, tally: Tally, fault: Callable[[threading.Event], None]
 ) -> tuple[list[str], list[Any], float]:
+    BudgetPolicy.objects.update_or_create(
+        agent="rel-db",
+        defaults={
+            "name": "rel-db",
+            "max_steps": scale.db_fault_steps,
+            "max_tokens": 10**9,
+            "max_wall_seconds": 3600,
+            "max_recoveries": 5,
+        },
+    )
     setup = Worker(server, token)
     run_ids = []
     epochs = []
     for i in range(scale.db_fault_workers):
-        run_id = setup.create(external_id=f"dbfault-{time.monotonic_ns()}-{i}")["id"]
+        run_id = setup.create(agent="rel-db", external_id=f"dbfault-{time.monotonic_ns()}-{i}")[
+            "id"
+        ]
         epochs.append(setup.lease(run_id, worker=f"w{i}", ttl=600).json()["epoch"])
         run_ids.append(run_id)
     setup.close()
