@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         ensure_bench_venv()
         ctx.log(f"tier {tier}; bench database {BENCH_DB}; parts {parts}")
         stack.migrate_bench_db()
+        results.extra["commit"] = os.environ.get("BENCH_SERVED_COMMIT", "?")
         stack.ensure_audit_key()
         stack.reset_journal_tables()
         results.versions.update(_versions())
@@ -118,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stack.stop_all()
         results.extra["elapsed_seconds"] = round(time.monotonic() - started, 1)
+        results.extra["generated_at"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+        results.extra["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
         from bench.report import write_report
 
         out.parent.mkdir(parents=True, exist_ok=True)

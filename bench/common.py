@@ -104,6 +104,8 @@ class Figure:
             "rep_medians": self.rep_medians,
             "target": self.target,
             "target_value": self.target_value,
+            "target_stat": self.target_stat,
+            "higher_is_better": self.higher_is_better,
             "meets_target": self.meets_target(),
             "baseline": self.baseline,
             "note": self.note,

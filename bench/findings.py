@@ -15,7 +15,7 @@ def _p50(results: Results, name: str) -> float | None:
 
 def findings(results: Results) -> str:
     lines: list[str] = []
-    load_end = [round(x, 2) for x in os.getloadavg()]
+    load_end = results.extra.get("loadavg_at_end") or [round(x, 2) for x in os.getloadavg()]
     load_start = results.extra.get("machine", {}).get("loadavg_at_start")
     lines.append(
         f"- **Machine load.** Load average {load_start} at the start and {load_end} at the end on "
@@ -114,13 +114,40 @@ def findings(results: Results) -> str:
             for t in tiers
             if _p50(results, f"write step at {int(t):,} runs")
         ]
+        per_step = [
+            "lock the run (every worker write)",
+            "lock a step (outcome)",
+            "open intents at recovery (lease)",
+        ]
+        hot_flat = all(t in flat for t in per_step if t in first)
+        seq = [
+            part.split("**")[1]
+            for part in results.extra.get("explain", [])
+            if "Seq Scan" in part and part.startswith("**")
+        ]
         lines.append(
-            f"- **Scaling.** From {int(tiers[0]):,} to {int(tiers[-1]):,} runs, {len(flat)} of "
-            f"{len(first)} hot queries touch about as many buffers (index lookups, flat)"
-            + (f"; growing: {', '.join(grown)}" if grown else "")
+            f"- **Scaling.** From {int(tiers[0]):,} to {int(tiers[-1]):,} runs, "
+            f"{len(flat)} of {len(first)} hot queries touch about as many buffers"
+            + (
+                "; the per-step ones (run lock, step lock, open intents) are among them"
+                if hot_flat
+                else "; **a per-step query grows**"
+            )
+            + (
+                "; more buffers at the top tier: "
+                + ", ".join(f"{t} ({first[t][1]} → {last[t][1]})" for t in grown)
+                if grown
+                else ""
+            )
+            + (
+                f"; sequential scans in the top tier's plans: {', '.join(seq)}"
+                if seq
+                else "; no sequential scan in the top tier's plans"
+            )
             + ". End-to-end write step p50 per tier: "
             + ", ".join(f"{int(t):,}: {v:.1f} ms" for t, v in writes)
-            + " (the spread between tiers is the machine's load, not the data: see the buffers)."
+            + " (compare the raw INSERT of each tier in the scaling table: the machine's load "
+            "moved between tiers)."
         )
     lines += [
         "",

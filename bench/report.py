@@ -38,7 +38,8 @@ def write_report(results: Results, path: Path) -> None:
     lines = [
         "# Agent Ledger — benchmark results",
         "",
-        f"Generated {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC from commit `{git_revision()}` "
+        f"Generated {results.extra.get('generated_at') or f'{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M}'} UTC "
+        f"from commit `{results.extra.get('commit') or git_revision()}` (the served code) "
         f"by `{argv}` (tier **{results.tier}**) in {results.extra.get('elapsed_seconds', '?')} s.",
         "",
         "## Machine and versions",
@@ -126,3 +127,23 @@ def _summary(results: Results) -> str:
             f"{'yes' if met else '**no**' + miss} |"
         )
     return "\n".join(rows) if any_row else ""
+
+
+def main() -> None:
+    """python -m bench.report [results.json] [RESULTS.md]: re-render a report from its JSON."""
+    import json
+    import sys
+
+    from bench.common import BENCH
+
+    source = Path(sys.argv[1]) if len(sys.argv) > 1 else BENCH / "results.json"
+    target = Path(sys.argv[2]) if len(sys.argv) > 2 else source.with_name("RESULTS.md")
+    if "-h" in sys.argv or "--help" in sys.argv:
+        print(main.__doc__)
+        return
+    write_report(Results.from_json(json.loads(source.read_text())), target)
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -57,6 +57,31 @@ class Results:
             "samples": {name: fig.reps for name, fig in self.figures.items()},
         }
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Results:
+        """Rebuild from results.json (samples and notes included), e.g. to re-render the report."""
+        results = cls(quick=data["quick"], tier=data["tier"])
+        results.parts_run = data.get("parts_run", [])
+        results.parts_skipped = data.get("parts_skipped", {})
+        results.part_figures = data.get("part_figures", {})
+        results.versions = data.get("versions", {})
+        results.extra = data.get("extra", {})
+        results.sections = data.get("sections", {})
+        samples = data.get("samples", {})
+        for name, fig in data.get("figures", {}).items():
+            results.figures[name] = Figure(
+                name=name,
+                unit=fig["unit"],
+                reps=samples.get(name, []),
+                target=fig.get("target", ""),
+                target_value=fig.get("target_value"),
+                higher_is_better=bool(fig.get("higher_is_better", fig["unit"].endswith("/s"))),
+                target_stat=fig.get("target_stat", "p50"),
+                baseline=fig.get("baseline", ""),
+                note=fig.get("note", ""),
+            )
+        return results
+
     def write_json(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=2, default=str) + "\n")
 

@@ -39,11 +39,13 @@ def tree() -> Path:
         return _TREE
     if os.environ.get("BENCH_TREE") == "worktree":
         _TREE = ROOT
+        os.environ["BENCH_SERVED_COMMIT"] = "working tree"
         return _TREE
     rev = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
     target = WORK / f"tree-{rev[:12]}"
+    os.environ["BENCH_SERVED_COMMIT"] = rev[:12]  # RESULTS.md names the commit it measured
     for old in WORK.glob("tree-*"):
         # snapshots of earlier commits, unused for a day (a concurrent run may hold a newer one)
         if old != target and time.time() - old.stat().st_mtime > 86400:
