@@ -85,7 +85,9 @@ def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]
     """
     port = free_port()
     env = {**os.environ, "DATABASE_URL": test_database_url(), "LOG_LEVEL": "WARNING"}
-    log = open(ROOT / ".pytest_cache" / f"gunicorn-{port}.log", "wb")  # noqa: SIM115
+    logs = ROOT / ".pytest_cache"
+    logs.mkdir(exist_ok=True)
+    log = open(logs / f"gunicorn-{port}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [
             sys.executable,
