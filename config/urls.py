@@ -1,12 +1,15 @@
 import threading
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path, re_path
+from django.utils.csp import CSP
+from django.views.decorators.csp import csp_override
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 
 class SchemaView(SpectacularAPIView):
@@ -38,8 +41,14 @@ def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
     return JsonResponse(body, status=404)
 
 
+# Swagger UI (served from our static files) injects one <style> element; this page shows no user
+# data, so it alone may use inline styles. Its scripts stay under the site's strict policy.
+docs_csp: dict[str, Any] = {**settings.SECURE_CSP, "style-src": [CSP.SELF, CSP.UNSAFE_INLINE]}
+api_docs = csp_override(docs_csp)(SpectacularSwaggerSplitView.as_view(url_name="schema"))
+
 urlpatterns = [
     path("api/v1/schema/", SchemaView.as_view(), name="schema"),
+    path("api/v1/docs/", api_docs, name="api-docs"),
     path("api/v1/", include("tools.urls")),
     path("api/v1/", include("runs.urls")),
     re_path(r"^api/(?P<rest>[\s\S]*)$", api_not_found),
