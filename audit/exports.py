@@ -36,7 +36,7 @@ from runs.api_errors import ApplicationError
 from runs.canonical import GENESIS_HASH
 from runs.constants import RunStatus
 from runs.models import Event, Run, Step
-from runs.representations import run_json
+from runs.representations import event_json, run_json, step_json
 
 BATCH = 500
 Progress = Callable[[int, int], None]  # (runs written, bytes written)
@@ -188,57 +188,6 @@ class EventRow(NamedTuple):
     hash: str
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def step_row_json(step: StepRow) -> dict[str, Any]:
-    """runs.representations.step_json from a plain row (model instances cost 3x the time)."""
-    return {
-        "index": step.index,
-        "kind": step.kind,
-        "name": step.name,
-        "effect": step.effect,
-        "enforced_by": step.enforced_by,
-        "arguments": step.arguments,
-        "arguments_hash": step.arguments_hash,
-        "idempotency_key": step.idempotency_key,
-        "state": step.state,
-        "result": step.result,
-        "usage": {
-            "input_tokens": step.usage_input_tokens,
-            "output_tokens": step.usage_output_tokens,
-            "cost_usd": str(step.usage_cost_usd),
-        },
-        "epoch": step.epoch,
-        "intent_at": _iso(step.intent_at),
-        "outcome_at": _iso(step.outcome_at),
-        "resolution": (
-            {
-                "action": step.resolution_action,
-                "by": step.resolution_by,
-                "note": step.resolution_note,
-                "at": _iso(step.resolution_at),
-            }
-            if step.resolution_action
-            else None
-        ),
-    }
-
-
-def event_row_json(event: EventRow) -> dict[str, Any]:
-    """runs.representations.event_json from a plain row: `at` exactly as the hash saw it."""
-    return {
-        "seq": event.seq,
-        "type": event.type,
-        "payload": event.payload,
-        "actor": event.actor,
-        "at": _iso(event.at),
-        "prev_hash": event.prev_hash,
-        "hash": event.hash,
-    }
-
-
 @dataclass
 class _Batch:
     runs: list[Run]
@@ -340,7 +289,7 @@ def _first_checkpoint_needed(runs: QuerySet[Run], upto: int) -> int | None:
 
 
 def _run_record(run: Run, batch: _Batch) -> dict[str, Any]:
-    steps = [step_row_json(s) for s in batch.steps.get(run.pk, [])]
+    steps = [step_json(s) for s in batch.steps.get(run.pk, [])]
     leaf = batch.leaves.get(run.pk)
     return {
         "run": run_json(run)
@@ -355,7 +304,7 @@ def _run_record(run: Run, batch: _Batch) -> dict[str, Any]:
         "resolutions": [
             {"index": s["index"], **s["resolution"]} for s in steps if s["resolution"] is not None
         ],
-        "events": [event_row_json(e) for e in batch.events.get(run.pk, [])],
+        "events": [event_json(e) for e in batch.events.get(run.pk, [])],
         "checkpoint": (
             {
                 "seq": leaf.checkpoint.seq,

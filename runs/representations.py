@@ -1,9 +1,75 @@
 """The JSON shapes of DESIGN.md ("Representations"), built by hand: the hot path skips DRF fields."""
 
-from typing import Any
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Protocol
 
-from runs.models import Event, Run, Step
+from runs.models import Run
 from runs.services import budget_of, money
+
+
+class StepFields(Protocol):
+    """A Step, or a plain row with its columns (exports read rows: instances cost 3x the time)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def effect(self) -> str: ...
+    @property
+    def enforced_by(self) -> str | None: ...
+    @property
+    def arguments(self) -> Any: ...
+    @property
+    def arguments_hash(self) -> str: ...
+    @property
+    def idempotency_key(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def result(self) -> Any: ...
+    @property
+    def usage_input_tokens(self) -> int: ...
+    @property
+    def usage_output_tokens(self) -> int: ...
+    @property
+    def usage_cost_usd(self) -> Decimal: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def intent_at(self) -> datetime: ...
+    @property
+    def outcome_at(self) -> datetime | None: ...
+    @property
+    def resolution_action(self) -> str | None: ...
+    @property
+    def resolution_by(self) -> str | None: ...
+    @property
+    def resolution_note(self) -> str | None: ...
+    @property
+    def resolution_at(self) -> datetime | None: ...
+
+
+class EventFields(Protocol):
+    """An Event, or a plain row with its columns."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def payload(self) -> Any: ...
+    @property
+    def actor(self) -> str: ...
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def prev_hash(self) -> str: ...
+    @property
+    def hash(self) -> str: ...
 
 
 def _iso(value: Any) -> str | None:
@@ -33,7 +99,7 @@ def run_json(run: Run) -> dict[str, Any]:
     }
 
 
-def step_json(step: Step) -> dict[str, Any]:
+def step_json(step: StepFields) -> dict[str, Any]:
     return {
         "index": step.index,
         "kind": step.kind,
@@ -66,7 +132,7 @@ def step_json(step: Step) -> dict[str, Any]:
     }
 
 
-def event_json(event: Event) -> dict[str, Any]:
+def event_json(event: EventFields) -> dict[str, Any]:
     return {
         "seq": event.seq,
         "type": event.type,
