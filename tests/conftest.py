@@ -138,3 +138,7 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
     monkeypatch.setattr("runs.clock.now", lambda: fake.now)
     return fake
+
+
+# one Chromium for the whole session: Playwright's sync API allows one per thread
+from tests.review.browser import browser  # noqa: E402, F401  (fixture)

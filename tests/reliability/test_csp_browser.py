@@ -19,13 +19,6 @@ from tests.reliability.conftest import gunicorn
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
 
 
 @pytest.fixture
@@ -34,11 +27,11 @@ def dashboard(transactional_db: Any) -> Iterator[str]:
         yield url
 
 
-def test_dashboard_pages_load_with_no_csp_violation(dashboard: str, settings: Any) -> None:
+def test_dashboard_pages_load_with_no_csp_violation(
+    dashboard: str, settings: Any, browser: Any
+) -> None:
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian chromium is not installed")
-    from playwright.sync_api import sync_playwright
-
     from tests.review.factories import killed_support_run, user_in
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
@@ -48,33 +41,31 @@ def test_dashboard_pages_load_with_no_csp_violation(dashboard: str, settings: An
     session = client.cookies["sessionid"].value
     pages = ["/", "/queue/", f"/runs/{item.run_id}/", f"/queue/{item.run_id}/{item.index}/"]
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            context = browser.new_context()
-            context.add_cookies([{"name": "sessionid", "value": session, "url": dashboard}])
-            page = context.new_page()
-            console: list[str] = []
-            page.on("console", lambda m: console.append(m.text))
-            page.add_init_script(
-                "window.__csp = [];"
-                "document.addEventListener('securitypolicyviolation', e =>"
-                " window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));"
-            )
-            for path in pages:
-                response = page.goto(dashboard + path)
-                assert response is not None and response.status == 200, path
-                assert "script-src" in (response.headers.get("content-security-policy") or "")
-                page.wait_for_load_state("networkidle")
-                violations = page.evaluate("window.__csp")
-                assert violations == [], (path, violations, console)
-                assert page.evaluate("typeof window.htmx") == "object", path
-            assert not [m for m in console if "Content Security Policy" in m], console
-            # control: an injected inline script is blocked and reported (the policy is live)
-            with contextlib.suppress(Exception):  # Playwright raises for the blocked script
-                page.add_script_tag(content="window.__inline_ran = true;")
-            page.wait_for_timeout(200)
-            assert page.evaluate("window.__inline_ran === undefined")
-            assert any("script-src" in v for v in page.evaluate("window.__csp"))
-        finally:
-            browser.close()
+    context = browser.new_context()
+    try:
+        context.add_cookies([{"name": "sessionid", "value": session, "url": dashboard}])
+        page = context.new_page()
+        console: list[str] = []
+        page.on("console", lambda m: console.append(m.text))
+        page.add_init_script(
+            "window.__csp = [];"
+            "document.addEventListener('securitypolicyviolation', e =>"
+            " window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));"
+        )
+        for path in pages:
+            response = page.goto(dashboard + path)
+            assert response is not None and response.status == 200, path
+            assert "script-src" in (response.headers.get("content-security-policy") or "")
+            page.wait_for_load_state("networkidle")
+            violations = page.evaluate("window.__csp")
+            assert violations == [], (path, violations, console)
+            assert page.evaluate("typeof window.htmx") == "object", path
+        assert not [m for m in console if "Content Security Policy" in m], console
+        # control: an injected inline script is blocked and reported (the policy is live)
+        with contextlib.suppress(Exception):  # Playwright raises for the blocked script
+            page.add_script_tag(content="window.__inline_ran = true;")
+        page.wait_for_timeout(200)
+        assert page.evaluate("window.__inline_ran === undefined")
+        assert any("script-src" in v for v in page.evaluate("window.__csp"))
+    finally:
+        context.close()

@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from review.roles import ADMINS, AUDITORS, SUPERVISORS, groups_ensure_now
-from tests.review.browser import browser, review_server  # noqa: F401  (fixtures)
+from tests.review.browser import review_server  # noqa: F401  (fixtures)
 from tests.review.factories import UnknownStep, killed_support_run, user_in
 
 ROLES = [SUPERVISORS, ADMINS, AUDITORS, None]
