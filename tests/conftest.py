@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -77,46 +78,76 @@ def wait_for_http(
     raise TimeoutError(f"{url} did not answer within {timeout}s")
 
 
-@pytest.fixture(scope="session")
-def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
-    """A real gunicorn serving the project against the test database; yields its base URL.
-
-    Tests that talk to it must use `transactional_db` so what they write is committed.
-    """
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": test_database_url(), "LOG_LEVEL": "WARNING"}
-    logs = ROOT / ".pytest_cache"
-    logs.mkdir(exist_ok=True)
-    log = open(logs / f"gunicorn-{port}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "config.wsgi",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            "2",
-            "--threads",
-            "4",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(f"{url}/api/v1/schema/", proc=proc)
-        yield url
-    finally:
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
         proc.terminate()
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-        log.close()
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def gunicorn_server(
+    *,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    workers: int = 2,
+    threads: int = 4,
+    timeout: int = 30,
+    log_name: str = "gunicorn",
+) -> Iterator[str]:
+    """A real gunicorn serving the project against the test database; yields its base URL.
+
+    `env` is added to this process's environment (an SMTP sink, a broker of the suite's own).
+    """
+    port = port or free_port()
+    full_env = {
+        **os.environ,
+        "DATABASE_URL": test_database_url(),
+        "LOG_LEVEL": "WARNING",
+        **(env or {}),
+    }
+    logs = ROOT / ".pytest_cache"
+    logs.mkdir(exist_ok=True)
+    with open(logs / f"{log_name}-{port}.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "config.wsgi",
+                "-b",
+                f"127.0.0.1:{port}",
+                "-w",
+                str(workers),
+                "--threads",
+                str(threads),
+                "--timeout",
+                str(timeout),
+            ],
+            cwd=ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_for_http(f"{url}/api/v1/schema/", proc=proc)
+            yield url
+        finally:
+            stop_process(proc)
+
+
+@pytest.fixture(scope="session")
+def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
+    """A real gunicorn against the test database, for the whole session.
+
+    Tests that talk to it must use `transactional_db` so what they write is committed.
+    """
+    with gunicorn_server() as url:
+        yield url
 
 
 class FakeClock:

@@ -22,8 +22,7 @@ from aiosmtpd.controller import Controller
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
 from tests.agents.ports import port_in_range
-from tests.conftest import ROOT, wait_for_http
-from tests.conftest import test_database_url as database_url
+from tests.conftest import ROOT, gunicorn_server
 from tools.models import KnowledgeArticle, OutboundEmail, Ticket
 
 LEDGER_PORT = port_in_range(8210, 8219)
@@ -72,45 +71,13 @@ def agent_ledger_url(
 ) -> Iterator[str]:
     """gunicorn on the test database whose email backend talks to the local SMTP sink."""
     env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "LOG_LEVEL": "WARNING",
         "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
         "EMAIL_HOST": "127.0.0.1",
         "EMAIL_PORT": str(SMTP_PORT),
         "CELERY_BROKER_URL": REDIS_URL,
     }
-    (ROOT / ".pytest_cache").mkdir(exist_ok=True)
-    log = open(ROOT / ".pytest_cache" / f"agents-gunicorn-{LEDGER_PORT}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "config.wsgi",
-            "-b",
-            f"127.0.0.1:{LEDGER_PORT}",
-            "-w",
-            "2",
-            "--threads",
-            "4",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{LEDGER_PORT}"
-    try:
-        wait_for_http(f"{url}/api/v1/schema/", proc=proc)
+    with gunicorn_server(port=LEDGER_PORT, env=env, log_name="agents-gunicorn") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @dataclass

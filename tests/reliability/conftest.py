@@ -19,8 +19,6 @@ only, and expect `TEST_DATABASE_NAME` (test_al_rel) so pytest-django gives it it
 
 import os
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,7 +32,7 @@ from aiosmtpd.controller import Controller
 
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
-from tests.conftest import test_database_url, wait_for_http
+from tests.conftest import gunicorn_server, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -112,55 +110,21 @@ def port_in_range() -> int:
     raise RuntimeError("no free port in 8700-8799")
 
 
-def stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+stop = stop_process
 
 
 @contextmanager
 def gunicorn(*, env: dict[str, str] | None = None, workers: int = 2) -> Iterator[str]:
     """A real gunicorn on the test database, on a port of this suite's range; yields its URL."""
-    port = port_in_range()
-    full_env = {
-        **os.environ,
-        "DATABASE_URL": test_database_url(),
-        "LOG_LEVEL": "WARNING",
-        **(env or {}),
-    }
-    log_dir = ROOT / ".pytest_cache"
-    log_dir.mkdir(exist_ok=True)
-    with open(log_dir / f"reliability-gunicorn-{port}.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "config.wsgi",
-                "-b",
-                f"127.0.0.1:{port}",
-                "-w",
-                str(workers),
-                "--threads",
-                "8",
-                "--timeout",
-                "60",
-            ],
-            cwd=ROOT,
-            env=full_env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_for_http(f"{url}/api/v1/schema/", proc=proc)
-            yield url
-        finally:
-            stop(proc)
+    with gunicorn_server(
+        port=port_in_range(),
+        env=env,
+        workers=workers,
+        threads=8,
+        timeout=60,
+        log_name="reliability-gunicorn",
+    ) as url:
+        yield url
 
 
 @pytest.fixture(scope="session", autouse=True)
