@@ -307,11 +307,22 @@ def _recover_open_intents(run: Run, *, actor: str, now: datetime) -> list[Step]:
 
 
 def _needs_review(
-    run: Run, *, reason: str, actor: str, now: datetime, details: dict[str, Any]
+    run: Run,
+    *,
+    reason: str,
+    actor: str,
+    now: datetime,
+    details: dict[str, Any],
+    fence: bool = False,
 ) -> None:
+    """`fence`: a lease whose recovery ends here still moves the epoch, so the worker that lost
+    the lease cannot write (or heartbeat) while a person reviews."""
     _run_move(run, RunStatus.NEEDS_REVIEW, reason=reason)
     run.lease_worker = None
     run.lease_expires_at = None
+    if fence:
+        run.epoch += 1
+        details = {**details, "epoch": run.epoch}
     _event_append(
         run, type="needs_review", payload={"reason": reason, **details}, actor=actor, at=now
     )
@@ -360,6 +371,7 @@ def run_lease_acquire(
                     actor=actor,
                     now=now,
                     details={"steps": [s.index for s in unknown]},
+                    fence=True,
                 )
                 run.save()
                 refusal = _refusal_for_status(run)
@@ -376,6 +388,7 @@ def run_lease_acquire(
                             "limit_value": run.limit_recoveries,
                             "used": run.used_recoveries,
                         },
+                        fence=True,
                     )
                     run.save()
                     refusal = ApplicationError(
@@ -917,11 +930,18 @@ def runs_enforce_deadlines(*, limit: int = 500) -> int:
 
 
 def _resume_after_review(run: Run, *, actor: str, now: datetime, why: str) -> None:
-    """needs_review → running without a lease; the next lease is not a recovery."""
+    """needs_review → running without a lease; the next lease is not a recovery.
+
+    The epoch moves on: whoever held the run before the decision is fenced off, so a retry the
+    supervisor approved runs once, under the next lease.
+    """
     _run_move(run, RunStatus.RUNNING, reason=why)
     run.lease_worker = None
     run.lease_expires_at = None
-    _event_append(run, type="run_resumed", payload={"why": why}, actor=actor, at=now)
+    run.epoch += 1
+    _event_append(
+        run, type="run_resumed", payload={"why": why, "epoch": run.epoch}, actor=actor, at=now
+    )
     transaction.on_commit(
         lambda: run_resumable.send(sender=Run, run_id=run.pk, agent=run.agent, reason=why)
     )
