@@ -270,9 +270,9 @@ class RunHeartbeatApi(APIView):
     )
     def post(self, request: Request, run_id: str) -> Response:
         data = _validated(EpochSerializer, request)
-        run = services.run_heartbeat(run_id=run_id, epoch=data["epoch"])
-        expires = run.lease_expires_at.isoformat() if run.lease_expires_at else None
-        return Response({"expires_at": expires, "status": run.status, "epoch": run.epoch})
+        beat = services.run_heartbeat(run_id=run_id, epoch=data["epoch"])
+        expires = beat.expires_at.isoformat() if beat.expires_at else None
+        return Response({"expires_at": expires, "status": beat.status, "epoch": beat.epoch})
 
 
 class OutcomeFieldsSerializer(serializers.Serializer):

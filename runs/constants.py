@@ -90,3 +90,26 @@ STEP_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 BUDGET_LIMITS = ("steps", "tokens", "cost_usd", "wall_seconds", "recoveries")
+
+
+class EventType(models.TextChoices):
+    """Every event a run's chain can hold; the journal kernel (runs/sql) writes the hot ones."""
+
+    RUN_CREATED = "run_created"
+    LEASE_ACQUIRED = "lease_acquired"
+    LEASE_EXPIRED = "lease_expired"
+    STEP_INTENT = "step_intent"
+    STEP_DONE = "step_done"
+    STEP_ERROR = "step_error"
+    STEP_REOPENED = "step_reopened"
+    STEP_INTERRUPTED = "step_interrupted"
+    STEP_UNKNOWN = "step_unknown"
+    STEP_RESOLVED = "step_resolved"
+    RECONCILED = "reconciled"
+    NEEDS_REVIEW = "needs_review"
+    RUN_RESUMED = "run_resumed"
+    RUN_COMPLETED = "run_completed"
+    RUN_FAILED = "run_failed"
+    RUN_ABANDONED = "run_abandoned"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    LIMITS_RAISED = "limits_raised"

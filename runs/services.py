@@ -14,9 +14,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from runs import clock
+from runs import clock, kernel
 from runs.api_errors import ApplicationError
-from runs.canonical import GENESIS_HASH, arguments_hash, canonical_json, event_hash, idempotency_key
+from runs.canonical import GENESIS_HASH, event_hash
 from runs.constants import (
     FINAL_STATUSES,
     RUN_TRANSITIONS,
@@ -336,6 +336,31 @@ def run_lease_acquire(
     A lease after an expired one (or after the reaper interrupted the run, or a restart of the
     holder) runs the recovery rules first and counts one recovery.
     """
+    try:
+        granted = kernel.lease(run_id=run_id, worker=worker, ttl_seconds=ttl_seconds, actor=actor)
+    except kernel.RecoveryNeeded:
+        pass
+    else:
+        assert granted.lease_expires_at is not None
+        journal = (
+            list(Step.objects.filter(run_id=granted.pk).order_by("index"))
+            if granted.step_count
+            else []
+        )
+        return LeaseGrant(
+            run=granted,
+            epoch=granted.epoch,
+            expires_at=granted.lease_expires_at,
+            journal=journal,
+            recovered=False,
+        )
+    return _lease_with_recovery(run_id=run_id, worker=worker, ttl_seconds=ttl_seconds, actor=actor)
+
+
+def _lease_with_recovery(
+    *, run_id: UUID | str, worker: str, ttl_seconds: int, actor: str
+) -> LeaseGrant:
+    """The lease after an expired or interrupted holder: the recovery rules, then the grant."""
     refusal: ApplicationError | None = None
     with transaction.atomic():
         run = run_for_update(run_id)
@@ -442,105 +467,9 @@ def run_lease_acquire(
     raise refusal
 
 
-def run_heartbeat(*, run_id: UUID | str, epoch: int) -> Run:
+def run_heartbeat(*, run_id: UUID | str, epoch: int) -> kernel.HeartbeatAnswer:
     """Extend the lease; no event (a heartbeat changes no state anyone reviews)."""
-    with transaction.atomic():
-        run = run_for_update(run_id)
-        _check_epoch(run, epoch)
-        if run.status == RunStatus.RUNNING and run.lease_worker is not None:
-            run.lease_expires_at = clock.now() + timedelta(seconds=run.lease_ttl_seconds)
-            Run.objects.filter(pk=run.pk).update(lease_expires_at=run.lease_expires_at)
-        return run
-
-
-def _usage_of(usage: dict[str, Any] | None) -> tuple[int, int, Decimal]:
-    usage = usage or {}
-    return (
-        int(usage.get("input_tokens") or 0),
-        int(usage.get("output_tokens") or 0),
-        Decimal(str(usage.get("cost_usd") or 0)),
-    )
-
-
-# The columns an outcome changes on its step, and the ones a worker's step call can change on
-# its run (status moves included): saving only these keeps the hot path's UPDATEs small (the
-# run's input, output and limits are not re-serialised on every step).
-_OUTCOME_STEP_FIELDS = [
-    "state",
-    "result",
-    "usage_input_tokens",
-    "usage_output_tokens",
-    "usage_cost_usd",
-    "outcome_at",
-]
-_STEP_CALL_RUN_FIELDS = [
-    "status",
-    "status_reason",
-    "finished_at",
-    "lease_worker",
-    "lease_expires_at",
-    "step_count",
-    "used_steps",
-    "used_tokens",
-    "used_cost_usd",
-    "event_seq",
-    "event_head",
-    "updated_at",
-]
-
-
-def _outcome_apply(
-    run: Run,
-    step: Step,
-    *,
-    status: str,
-    result: Any,
-    usage: dict[str, Any] | None,
-    actor: str,
-    now: datetime,
-    save: bool = True,
-) -> None:
-    """Record an outcome on a step the caller holds; add its usage to the run.
-
-    `save=False`: the caller inserts the step afterwards (a read step recorded in one call is
-    one INSERT, not an INSERT and an UPDATE of the same row).
-    """
-    input_tokens, output_tokens, cost = _usage_of(usage)
-    _step_move(step, StepState.DONE if status == "ok" else StepState.ERROR)
-    step.result = result
-    step.usage_input_tokens = input_tokens
-    step.usage_output_tokens = output_tokens
-    step.usage_cost_usd = cost
-    step.outcome_at = now
-    if save:
-        step.save(update_fields=_OUTCOME_STEP_FIELDS)
-    run.used_tokens += input_tokens + output_tokens
-    run.used_cost_usd += cost
-    _event_append(
-        run,
-        type="step_done" if status == "ok" else "step_error",
-        payload={
-            "index": step.index,
-            "name": step.name,
-            "result_hash": arguments_hash(result),
-            "usage": {
-                "input_tokens": input_tokens,
-                "output_tokens": output_tokens,
-                "cost_usd": money(cost),
-            },
-        },
-        actor=actor,
-        at=now,
-    )
-
-
-def _step_matches(step: Step, *, kind: str, name: str, effect: str, args_hash: str) -> bool:
-    return (step.kind, step.name, step.effect, step.arguments_hash) == (
-        kind,
-        name,
-        effect,
-        args_hash,
-    )
+    return kernel.heartbeat(run_id=run_id, epoch=epoch)
 
 
 @dataclass(frozen=True)
@@ -566,7 +495,8 @@ def step_intent_record(
     """Journal a step's intent before it runs (or, for a read step, intent and outcome at once).
 
     Index `step_count` is a new step and consumes one step of budget; a lower index is a replay
-    (returned as recorded, consuming nothing) or the re-execution of an interrupted step.
+    (returned as recorded, consuming nothing) or the re-execution of an interrupted step. One
+    statement of the journal kernel (runs/kernel.py).
     """
     if effect == Effect.WRITE and outcome is not None:
         raise ApplicationError(
@@ -575,133 +505,20 @@ def step_intent_record(
             status_code=400,
             details={"outcome": ["Not allowed on a write step."]},
         )
-    if effect == Effect.WRITE and enforced_by is None:
-        enforced_by = EnforcedBy.NOBODY
-    if effect == Effect.READ:
-        enforced_by = None
-    args_hash = arguments_hash(arguments)
-    refusal: ApplicationError | None = None
-    with transaction.atomic():
-        run = run_for_update(run_id)
-        now = clock.now()
-        _check_epoch(run, epoch)
-        status_refusal = _refusal_for_status(run)
-        if status_refusal is not None:
-            raise status_refusal
-        if index < run.step_count:
-            step = Step.objects.select_for_update().get(run=run, index=index)
-            if not _step_matches(step, kind=kind, name=name, effect=effect, args_hash=args_hash):
-                raise ApplicationError(
-                    "nondeterministic",
-                    f"Step {index} was recorded as {step.name} with other arguments; the agent did not replay the same decisions.",
-                    details={
-                        "index": index,
-                        "recorded": {
-                            "name": step.name,
-                            "kind": step.kind,
-                            "effect": step.effect,
-                            "arguments_hash": step.arguments_hash,
-                        },
-                        "given": {
-                            "name": name,
-                            "kind": kind,
-                            "effect": effect,
-                            "arguments_hash": args_hash,
-                        },
-                    },
-                )
-            if step.state == StepState.UNKNOWN:
-                raise ApplicationError(
-                    "needs_review",
-                    f"Step {index} may have happened; a supervisor decides.",
-                    details={"index": index},
-                )
-            if step.state != StepState.INTERRUPTED:
-                return IntentResult(step=step, created=False)
-            # re-execution of an interrupted step: same key, new epoch, no new step of budget
-            _step_move(step, StepState.INTENT)
-            step.epoch = run.epoch
-            step.intent_at = now
-            step.executions += 1
-            step.save()
-            _event_append(
-                run,
-                type="step_reopened",
-                payload={"index": index, "name": name, "idempotency_key": step.idempotency_key},
-                actor=actor,
-                at=now,
-            )
-            if outcome is not None:
-                _outcome_apply(run, step, actor=actor, now=now, **outcome)
-            run.save()
-            return IntentResult(step=step, created=True)
-        if index > run.step_count:
-            raise ApplicationError(
-                "out_of_order",
-                f"The next step is {run.step_count}; steps are journalled in order, without gaps.",
-                details={"index": index, "expected_index": run.step_count},
-            )
-        limit = _exceeded_limit(run, now=now, next_step=True)
-        if limit is not None:
-            _budget_exceed(run, limit, actor=actor, now=now)
-            refusal = ApplicationError(
-                "budget_exceeded", f"The run's {limit['limit']} budget is spent.", details=limit
-            )
-        else:
-            step = Step(
-                run=run,
-                index=index,
-                kind=kind,
-                name=name,
-                effect=effect,
-                enforced_by=enforced_by,
-                arguments=arguments,
-                arguments_hash=args_hash,
-                idempotency_key=idempotency_key(
-                    run_id=run.pk, index=index, name=name, args_hash=args_hash
-                ),
-                epoch=run.epoch,
-                intent_at=now,
-            )
-            run.step_count += 1
-            run.used_steps += 1
-            _event_append(
-                run,
-                type="step_intent",
-                payload={
-                    "index": index,
-                    "kind": kind,
-                    "name": name,
-                    "effect": effect,
-                    "enforced_by": enforced_by,
-                    "arguments_hash": args_hash,
-                    "idempotency_key": step.idempotency_key,
-                },
-                actor=actor,
-                at=now,
-            )
-            budget_refusal = None
-            if outcome is not None:
-                _outcome_apply(run, step, actor=actor, now=now, save=False, **outcome)
-                budget_refusal = _over_budget_after_outcome(run, actor=actor, now=now)
-            step.save(force_insert=True)
-            run.save(update_fields=_STEP_CALL_RUN_FIELDS)
-            return IntentResult(step=step, created=True, budget_refusal=budget_refusal)
-    assert refusal is not None
-    raise refusal
-
-
-def _over_budget_after_outcome(run: Run, *, actor: str, now: datetime) -> ApplicationError | None:
-    """Usage already spent is recorded; if it crossed a limit the run stops here."""
-    limit = _exceeded_limit(run, now=now, next_step=False)
-    if limit is None:
-        return None
-    _run_move(run, RunStatus.BUDGET_EXCEEDED, reason=limit["limit"])
-    _event_append(run, type="budget_exceeded", payload=limit, actor=actor, at=now)
-    return ApplicationError(
-        "budget_exceeded",
-        f"Outcome recorded; the run's {limit['limit']} budget is now spent and the run stops.",
-        details=limit,
+    answer = kernel.step_intent(
+        run_id=run_id,
+        epoch=epoch,
+        index=index,
+        kind=kind,
+        name=name,
+        effect=effect,
+        arguments=arguments,
+        enforced_by=enforced_by,
+        outcome=outcome,
+        actor=actor,
+    )
+    return IntentResult(
+        step=answer.step, created=answer.created, budget_refusal=answer.budget_refusal
     )
 
 
@@ -727,41 +544,16 @@ def step_outcome_record(
     Usage is a fact (the tokens were spent), so an outcome that crosses a limit is recorded and
     then the run moves to budget_exceeded; the caller answers 409 so the worker stops.
     """
-    with transaction.atomic():
-        run = run_for_update(run_id)
-        now = clock.now()
-        _check_epoch(run, epoch)
-        step = Step.objects.select_for_update().filter(run=run, index=index).first()
-        if step is None:
-            raise ApplicationError(
-                "not_found",
-                f"Step {index} has no intent.",
-                status_code=404,
-                details={"index": index},
-            )
-        if step.state in (StepState.DONE, StepState.ERROR):
-            same = (step.state == StepState.DONE) == (status == "ok") and canonical_json(
-                step.result
-            ) == canonical_json(result)
-            if same:
-                return OutcomeResult(step=step, run=run)
-            raise ApplicationError(
-                "outcome_conflict",
-                f"Step {index} already has a different outcome.",
-                details={"index": index, "state": step.state},
-            )
-        if step.state != StepState.INTENT:
-            raise ApplicationError(
-                "outcome_conflict",
-                f"Step {index} is {step.state}, not waiting for an outcome.",
-                details={"index": index, "state": step.state},
-            )
-        _outcome_apply(run, step, status=status, result=result, usage=usage, actor=actor, now=now)
-        refusal = None
-        if run.status == RunStatus.RUNNING:
-            refusal = _over_budget_after_outcome(run, actor=actor, now=now)
-        run.save(update_fields=_STEP_CALL_RUN_FIELDS)
-        return OutcomeResult(step=step, run=run, budget_refusal=refusal)
+    answer = kernel.step_outcome(
+        run_id=run_id,
+        index=index,
+        epoch=epoch,
+        status=status,
+        result=result,
+        usage=usage,
+        actor=actor,
+    )
+    return OutcomeResult(step=answer.step, run=answer.run, budget_refusal=answer.budget_refusal)
 
 
 def _run_finish(

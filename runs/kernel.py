@@ -1,0 +1,376 @@
+"""The journal kernel's Python half: each hot worker call is one SQL function, one round trip.
+
+The functions live in runs/sql/ (installed by migrations). They take the run's row lock, check
+the epoch and the status, apply the transition, append the events to the hash chain and update
+the counters in one statement. Python renders the canonical text of what it already knows (the
+actor, the time, each payload) so the hash the database computes is over exactly the bytes
+runs.chain recomputes from the stored rows; the database adds the run id, seq and type.
+
+An answer is either the step (or lease) or a refusal `(code, details)`. A refusal that changed
+state (a budget crossed) was committed with its event before it is answered, so the caller
+raises it or returns it beside the step; nothing else is ever half done.
+"""
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from django.db import connection
+
+from runs import clock
+from runs.api_errors import ApplicationError
+from runs.canonical import canonical_json, idempotency_key, sha256_hex
+from runs.constants import Effect, EnforcedBy, EventType
+from runs.models import Run, Step
+
+
+def _text(value: Any) -> str:
+    return canonical_json(value).decode("utf-8")
+
+
+def event_prefix(actor: str, at: datetime) -> str:
+    """The canonical event body up to its payload: keys sort as actor, at, payload, run, seq, type."""
+    return '{"actor":' + _text(actor) + ',"at":' + _text(at.isoformat()) + ',"payload":'
+
+
+def money(value: Decimal) -> str:
+    return f"{value:.6f}"
+
+
+def usage_of(usage: dict[str, Any] | None) -> tuple[int, int, Decimal]:
+    usage = usage or {}
+    return (
+        int(usage.get("input_tokens") or 0),
+        int(usage.get("output_tokens") or 0),
+        Decimal(str(usage.get("cost_usd") or 0)),
+    )
+
+
+def outcome_payload(*, index: int, result_text: str, usage: tuple[int, int, Decimal]) -> str:
+    """step_done / step_error: the result bound by its hash, the usage by value."""
+    return _text(
+        {
+            "index": index,
+            "result_hash": sha256_hex(result_text.encode("utf-8")),
+            "usage": {
+                "input_tokens": usage[0],
+                "output_tokens": usage[1],
+                "cost_usd": money(usage[2]),
+            },
+        }
+    )
+
+
+# --- refusals -------------------------------------------------------------------------------
+
+_MESSAGES = {
+    "stale_epoch": "Another worker holds the run now; stop and write nothing more.",
+    "needs_review": "The run waits for a supervisor's review.",
+    "run_finished": "The run is {status}.",
+    "out_of_order": "The next step is {expected_index}; steps are journalled in order, without gaps.",
+    "nondeterministic": "Step {index} was recorded with another name or other arguments; the agent did not replay the same decisions.",
+    "lease_held": "Another worker holds the lease.",
+}
+
+
+def refusal(code: str, details: dict[str, Any] | None, *, run_id: UUID | str) -> ApplicationError:
+    """The kernel's (code, details) as the API's error, with the message a person reads."""
+    details = dict(details or {})
+    if code == "not_found":
+        return ApplicationError("not_found", f"No run {run_id}.", status_code=404)
+    if code == "step_not_found":
+        return ApplicationError(
+            "not_found",
+            f"Step {details['index']} has no intent.",
+            status_code=404,
+            details=details,
+        )
+    if code == "budget_exceeded":
+        return ApplicationError(
+            "budget_exceeded", f"The run's {details['limit']} budget is spent.", details=details
+        )
+    if code == "needs_review" and "index" in details:
+        return ApplicationError(
+            "needs_review",
+            f"Step {details['index']} may have happened; a supervisor decides.",
+            details=details,
+        )
+    if code == "outcome_conflict":
+        if details.pop("different", False):
+            message = f"Step {details['index']} already has a different outcome."
+        else:
+            message = f"Step {details['index']} is {details['state']}, not waiting for an outcome."
+        return ApplicationError("outcome_conflict", message, details=details)
+    return ApplicationError(code, _MESSAGES[code].format(**details), details=details)
+
+
+def budget_stop(details: dict[str, Any]) -> ApplicationError:
+    """The refusal that comes beside a recorded outcome whose usage crossed a limit."""
+    return ApplicationError(
+        "budget_exceeded",
+        f"Outcome recorded; the run's {details['limit']} budget is now spent and the run stops.",
+        details=details,
+    )
+
+
+# --- answers --------------------------------------------------------------------------------
+
+_ANSWER_COLUMNS = (
+    "code, details, created, step_id, state, arguments, result, usage_input_tokens, usage_output_tokens, "
+    "usage_cost_usd, epoch, intent_at, outcome_at, kind, name, effect, enforced_by, "
+    "arguments_hash, idempotency_key, resolution_action, resolution_by, resolution_note, "
+    "resolution_at, limit_steps, limit_tokens, limit_cost_usd, limit_wall_seconds, "
+    "limit_recoveries, used_steps, used_tokens, used_cost_usd, used_recoveries, deadline"
+)
+_RUN_BUDGET_FIELDS = (
+    "limit_steps",
+    "limit_tokens",
+    "limit_cost_usd",
+    "limit_wall_seconds",
+    "limit_recoveries",
+    "used_steps",
+    "used_tokens",
+    "used_cost_usd",
+    "used_recoveries",
+    "deadline",
+)
+
+
+def _json(value: Any) -> Any:
+    """jsonb arrives as text (Django registers a text loader for it)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+@dataclass(frozen=True)
+class StepAnswer:
+    step: Step
+    run: Run  # the budget columns only: enough for budget_of()
+    created: bool
+    budget_refusal: ApplicationError | None
+
+
+def _statement(function: str, arity: int) -> str:
+    placeholders = ", ".join(["%s"] * arity)
+    return f"SELECT {_ANSWER_COLUMNS} FROM {function}({placeholders})"  # noqa: S608 (constants)
+
+
+_INTENT_SQL = _statement("ledger_step_intent", 22)
+_OUTCOME_SQL = _statement("ledger_step_outcome", 12)
+
+
+def _call(statement: str, params: list[Any]) -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        row = cursor.fetchone()
+        assert row is not None and cursor.description is not None
+        return dict(zip([c.name for c in cursor.description], row, strict=True))
+
+
+def _answer(
+    row: dict[str, Any], *, run_id: UUID | str, index: int, known: dict[str, Any]
+) -> StepAnswer:
+    code = row["code"]
+    details = _json(row["details"])
+    if code is not None and row["created"] is None:
+        raise refusal(code, details, run_id=run_id)
+    fresh = bool(row["created"])  # else the step as recorded before this call
+    step = Step(
+        pk=row["step_id"],
+        run_id=run_id,
+        index=index,
+        kind=row["kind"],
+        name=row["name"],
+        effect=row["effect"],
+        enforced_by=row["enforced_by"],
+        arguments=known["arguments"] if row["arguments"] is None else _json(row["arguments"]),
+        arguments_hash=row["arguments_hash"],
+        idempotency_key=row["idempotency_key"],
+        state=row["state"],
+        result=known["result"] if fresh and "result" in known else _json(row["result"]),
+        usage_input_tokens=row["usage_input_tokens"],
+        usage_output_tokens=row["usage_output_tokens"],
+        usage_cost_usd=row["usage_cost_usd"],
+        epoch=row["epoch"],
+        intent_at=row["intent_at"],
+        outcome_at=row["outcome_at"],
+        resolution_action=row["resolution_action"],
+        resolution_by=row["resolution_by"],
+        resolution_note=row["resolution_note"],
+        resolution_at=row["resolution_at"],
+    )
+    step._state.adding = False  # a row that exists: save() updates it
+    step._state.db = "default"
+    run = Run(pk=run_id, **{name: row[name] for name in _RUN_BUDGET_FIELDS})
+    stopped = budget_stop(details) if code == "budget_exceeded" else None
+    return StepAnswer(step=step, run=run, created=fresh, budget_refusal=stopped)
+
+
+# --- the hot calls --------------------------------------------------------------------------
+
+
+def step_intent(
+    *,
+    run_id: UUID | str,
+    epoch: int,
+    index: int,
+    kind: str,
+    name: str,
+    effect: str,
+    arguments: Any,
+    enforced_by: str | None,
+    outcome: dict[str, Any] | None,
+    actor: str,
+) -> StepAnswer:
+    """Journal an intent (a new step, a replay, or the re-execution of an interrupted one); a
+    read step's outcome in the same call."""
+    if effect == Effect.WRITE and enforced_by is None:
+        enforced_by = EnforcedBy.NOBODY
+    if effect == Effect.READ:
+        enforced_by = None
+    args_text = _text(arguments)
+    args_hash = sha256_hex(args_text.encode("utf-8"))
+    key = idempotency_key(run_id=run_id, index=index, name=name, args_hash=args_hash)
+    now = clock.now()
+    intent_payload = _text(
+        {
+            "index": index,
+            "kind": kind,
+            "name": name,
+            "effect": effect,
+            "enforced_by": enforced_by,
+            "arguments_hash": args_hash,
+            "idempotency_key": key,
+        }
+    )
+    reopen_payload = _text({"index": index, "name": name, "idempotency_key": key})
+    ok, result_text, usage, done_payload = True, None, (0, 0, Decimal(0)), None
+    known: dict[str, Any] = {"arguments": arguments}
+    if outcome is not None:
+        ok = outcome.get("status", "ok") == "ok"
+        known["result"] = outcome.get("result")
+        result_text = _text(known["result"])
+        usage = usage_of(outcome.get("usage"))
+        done_payload = outcome_payload(index=index, result_text=result_text, usage=usage)
+    row = _call(
+        _INTENT_SQL,
+        [
+            str(run_id),
+            epoch,
+            index,
+            kind,
+            name,
+            effect,
+            enforced_by,
+            args_text,
+            args_hash,
+            key,
+            now,
+            actor,
+            event_prefix(actor, now),
+            intent_payload,
+            reopen_payload,
+            outcome is not None,
+            ok,
+            None if known.get("result") is None else result_text,
+            usage[0],
+            usage[1],
+            usage[2],
+            done_payload,
+        ],
+    )
+    return _answer(row, run_id=run_id, index=index, known=known)
+
+
+def step_outcome(
+    *,
+    run_id: UUID | str,
+    index: int,
+    epoch: int,
+    status: str,
+    result: Any,
+    usage: dict[str, Any] | None,
+    actor: str,
+) -> StepAnswer:
+    """Record what a step did; the same outcome again is answered as recorded."""
+    result_text = _text(result)
+    spent = usage_of(usage)
+    now = clock.now()
+    row = _call(
+        _OUTCOME_SQL,
+        [
+            str(run_id),
+            epoch,
+            index,
+            status == "ok",
+            None if result is None else result_text,
+            spent[0],
+            spent[1],
+            spent[2],
+            now,
+            actor,
+            event_prefix(actor, now),
+            outcome_payload(index=index, result_text=result_text, usage=spent),
+        ],
+    )
+    return _answer(row, run_id=run_id, index=index, known={"result": result})
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    status: str
+    epoch: int
+    expires_at: datetime | None
+
+
+def heartbeat(*, run_id: UUID | str, epoch: int) -> HeartbeatAnswer:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT code, details, status, epoch, expires_at FROM ledger_heartbeat(%s, %s, %s)",
+            [str(run_id), epoch, clock.now()],
+        )
+        row = cursor.fetchone()
+    assert row is not None
+    code, details, status, current, expires_at = row
+    if code is not None:
+        raise refusal(code, _json(details), run_id=run_id)
+    return HeartbeatAnswer(status=status, epoch=current, expires_at=expires_at)
+
+
+class RecoveryNeeded(Exception):
+    """The lease needs the recovery rules (an expired or interrupted holder): runs.services."""
+
+
+def lease(*, run_id: UUID | str, worker: str, ttl_seconds: int, actor: str) -> Run:
+    """Grant a lease that needs no recovery, in one statement; the run as it is now."""
+    now = clock.now()
+    runs = list(
+        Run.objects.raw(
+            "SELECT l.code AS kernel_code, l.details AS kernel_details, (l.run).* "
+            "FROM ledger_lease(%s, %s, %s, %s, %s, %s, %s) l",
+            [str(run_id), worker, _text(worker), ttl_seconds, now, actor, event_prefix(actor, now)],
+        )
+    )
+    run = runs[0]
+    code = run.kernel_code  # type: ignore[attr-defined]
+    if code == "recover":
+        raise RecoveryNeeded
+    if code is not None:
+        raise refusal(code, _json(run.kernel_details), run_id=run_id)  # type: ignore[attr-defined]
+    return run
+
+
+__all__ = [
+    "EventType",
+    "HeartbeatAnswer",
+    "RecoveryNeeded",
+    "StepAnswer",
+    "event_prefix",
+    "heartbeat",
+    "lease",
+    "refusal",
+    "step_intent",
+    "step_outcome",
+]
