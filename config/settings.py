@@ -170,6 +170,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
 
+# How long a worker process trusts a token it has read (a revocation reaches every node within it).
+LEDGER_TOKEN_CACHE_SECONDS = float(os.environ.get("LEDGER_TOKEN_CACHE_SECONDS", "1"))
+
 # Request bodies over this size are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("LEDGER_MAX_BODY_BYTES", 1024 * 1024)
 

@@ -2,10 +2,12 @@
 
 import hashlib
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
@@ -39,10 +41,43 @@ def generate_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
+# token hash -> (principal or None for unknown/revoked, monotonic time it was read)
+_principals: dict[str, tuple[WorkerPrincipal | None, float]] = {}
+
+
+def principal_for(raw: str) -> WorkerPrincipal | None:
+    """Who a raw bearer token acts as, read at most once a second per process.
+
+    A revocation therefore takes effect everywhere within LEDGER_TOKEN_CACHE_SECONDS (1 s), and at
+    once in the process that revoked it (`forget_principal`). Unknown tokens are cached too, so
+    guessing costs the database nothing more.
+    """
+    digest = hash_token(raw)
+    cached = _principals.get(digest)
+    clock = time.monotonic()
+    if cached is not None and clock - cached[1] < settings.LEDGER_TOKEN_CACHE_SECONDS:
+        return cached[0]
+    token = WorkerToken.objects.filter(token_hash=digest).first()
+    principal = None
+    if token is not None and token.revoked_at is None:
+        principal = WorkerPrincipal(token_id=token.pk, name=token.name, scope=token.scope)
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+            WorkerToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    if len(_principals) > 10_000:
+        _principals.clear()
+    _principals[digest] = (principal, clock)
+    return principal
+
+
+def forget_principal(token_hash: str) -> None:
+    _principals.pop(token_hash, None)
+
+
 class WorkerTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
-    def authenticate(self, request: Request) -> tuple[WorkerPrincipal, WorkerToken] | None:
+    def authenticate(self, request: Request) -> tuple[WorkerPrincipal, WorkerPrincipal] | None:
         header = authentication.get_authorization_header(request).split()
         if not header:
             return None
@@ -52,13 +87,10 @@ class WorkerTokenAuthentication(authentication.BaseAuthentication):
             raw = header[1].decode("ascii")
         except UnicodeDecodeError as exc:
             raise exceptions.AuthenticationFailed("Malformed token.") from exc
-        token = WorkerToken.objects.filter(token_hash=hash_token(raw)).first()
-        if token is None or token.revoked_at is not None:
+        principal = principal_for(raw)
+        if principal is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked worker token.")
-        now = timezone.now()
-        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-            WorkerToken.objects.filter(pk=token.pk).update(last_used_at=now)
-        return WorkerPrincipal(token_id=token.pk, name=token.name, scope=token.scope), token
+        return principal, principal
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="api"'

@@ -295,6 +295,8 @@ def step_outcome(
     actor: str,
 ) -> StepAnswer:
     """Record what a step did; the same outcome again is answered as recorded."""
+    if not 0 <= index < 2**31:  # no such step can exist (the column is an integer)
+        raise refusal("step_not_found", {"index": index}, run_id=run_id)
     result_text = _text(result)
     spent = usage_of(usage)
     now = clock.now()

@@ -3,7 +3,7 @@
 from django.db import transaction
 from django.utils import timezone
 
-from runs.authentication import generate_token, hash_token
+from runs.authentication import forget_principal, generate_token, hash_token
 from runs.models import WorkerToken
 
 
@@ -24,4 +24,5 @@ def worker_token_revoke(*, token_id: int) -> WorkerToken:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
+    forget_principal(token.token_hash)  # this process at once; the others within a second
     return token

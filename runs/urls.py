@@ -1,16 +1,29 @@
 from django.urls import path
 
 from runs import apis
+from runs.hotpath import hot_view
 
 urlpatterns = [
     path("runs/", apis.RunCreateApi.as_view(), name="run-create"),
     path("runs/<uuid:run_id>/", apis.RunDetailApi.as_view(), name="run-detail"),
-    path("runs/<uuid:run_id>/lease", apis.RunLeaseApi.as_view(), name="run-lease"),
-    path("runs/<uuid:run_id>/heartbeat", apis.RunHeartbeatApi.as_view(), name="run-heartbeat"),
-    path("runs/<uuid:run_id>/steps/", apis.StepIntentApi.as_view(), name="run-step-intent"),
+    path(
+        "runs/<uuid:run_id>/lease",
+        hot_view("lease", apis.RunLeaseApi.as_view()),
+        name="run-lease",
+    ),
+    path(
+        "runs/<uuid:run_id>/heartbeat",
+        hot_view("heartbeat", apis.RunHeartbeatApi.as_view()),
+        name="run-heartbeat",
+    ),
+    path(
+        "runs/<uuid:run_id>/steps/",
+        hot_view("intent", apis.StepIntentApi.as_view()),
+        name="run-step-intent",
+    ),
     path(
         "runs/<uuid:run_id>/steps/<int:index>/outcome",
-        apis.StepOutcomeApi.as_view(),
+        hot_view("outcome", apis.StepOutcomeApi.as_view()),
         name="run-step-outcome",
     ),
     path("runs/<uuid:run_id>/complete", apis.RunCompleteApi.as_view(), name="run-complete"),

@@ -1,0 +1,135 @@
+"""The hot worker calls cost one database statement each, and the WSGI door answers them alone.
+
+Token lookups are cached for a second, so after the first call of a worker its intent, outcome,
+read step, heartbeat and first lease are each exactly one statement: the journal kernel.
+"""
+
+from typing import Any
+
+import httpx
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from runs.chain import run_chain_breaks
+from runs.models import Event, Run, Step
+from tests.runs.journal_client import JournalClient
+
+
+def statements(call: Any) -> tuple[Any, list[str]]:
+    with CaptureQueriesContext(connection) as captured:
+        response = call()
+    return response, [q["sql"] for q in captured.captured_queries]
+
+
+def test_each_hot_call_is_one_statement(api: APIClient) -> None:
+    journal = JournalClient(api)
+    run_id = journal.create()["id"]
+
+    lease, lease_sql = statements(lambda: journal.lease(run_id))
+    epoch = lease.json()["epoch"]
+    intent, intent_sql = statements(lambda: journal.intent(run_id, epoch, 0))
+    outcome, outcome_sql = statements(lambda: journal.outcome(run_id, epoch, 0))
+    read, read_sql = statements(lambda: journal.read(run_id, epoch, 1, tokens=5))
+    replay, replay_sql = statements(lambda: journal.intent(run_id, epoch, 0))
+    beat, beat_sql = statements(
+        lambda: api.post(f"/api/v1/runs/{run_id}/heartbeat", {"epoch": epoch})
+    )
+
+    assert [r.status_code for r in (lease, intent, outcome, read, replay, beat)] == [
+        200,
+        201,
+        200,
+        201,
+        200,
+        200,
+    ]
+    # the token was read by the create call; every hot call after it is the kernel alone
+    assert [len(s) for s in (lease_sql, intent_sql, outcome_sql, read_sql, beat_sql)] == [1] * 5
+    assert "ledger_lease" in lease_sql[0]
+    assert "ledger_step_intent" in intent_sql[0] and "ledger_step_intent" in read_sql[0]
+    assert "ledger_step_outcome" in outcome_sql[0]
+    assert "ledger_heartbeat" in beat_sql[0]
+    assert len(replay_sql) == 1
+    assert run_chain_breaks(Run.objects.get(pk=run_id)) == []
+
+
+def test_the_kernels_answers_match_what_is_stored(api: APIClient) -> None:
+    journal = JournalClient(api)
+    run_id = journal.create()["id"]
+    epoch = journal.lease(run_id).json()["epoch"]
+    written = journal.intent(run_id, epoch, 0).json()
+    done = journal.outcome(run_id, epoch, 0, tokens=7).json()
+    read = journal.read(run_id, epoch, 1, tokens=3).json()
+
+    stored = {s["index"]: s for s in journal.journal(run_id)["steps"]}
+
+    assert written | {"state": "done", "result": {"done": 0}} == stored[0] | {
+        "usage": written["usage"],
+        "outcome_at": None,
+    }
+    assert done["step"] == stored[0]
+    assert read == stored[1]
+    assert done["budget"]["used"]["tokens"] == 7
+    assert journal.run(run_id)["budget"]["used"] == {
+        "steps": 2,
+        "tokens": 10,
+        "cost_usd": "0.000000",
+        "recoveries": 0,
+    }
+
+
+@pytest.mark.slow
+def test_through_gunicorn_the_lean_path_answers_steps_and_hands_bad_input_to_the_api_view(
+    transactional_db: Any, ledger_server: str
+) -> None:
+    from runs.tokens import worker_token_create
+
+    _, token = worker_token_create(name="hot-path")
+    with httpx.Client(base_url=ledger_server, headers={"Authorization": f"Bearer {token}"}) as http:
+        run_id = http.post("/api/v1/runs/", json={"agent": "hot", "input": {}}).json()["id"]
+        lease = http.post(f"/api/v1/runs/{run_id}/lease", json={"worker": "w-1"})
+        assert lease.status_code == 200
+        assert lease.headers["X-Content-Type-Options"] == "nosniff"
+        epoch = lease.json()["epoch"]
+        read = {"epoch": epoch, "index": 0, "kind": "model", "name": "m", "effect": "read",
+                "arguments": {"q": 1}, "outcome": {"result": {"a": 2**70}}}  # fmt: skip
+        step = http.post(f"/api/v1/runs/{run_id}/steps/", json=read)
+        assert step.status_code == 201 and step.json()["state"] == "done"
+        assert step.json()["result"] == {"a": 2**70}
+
+        # a body the lean path does not take reaches the DRF view intact: its field errors
+        refused = http.post(f"/api/v1/runs/{run_id}/steps/", json={**read, "index": -1})
+        assert refused.status_code == 400
+        assert refused.json()["error"]["code"] == "validation_error"
+        assert "index" in refused.json()["error"]["details"]
+
+        stale = http.post(f"/api/v1/runs/{run_id}/heartbeat", json={"epoch": epoch - 1})
+        assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_epoch"
+        unknown = http.post(
+            f"/api/v1/runs/{run_id}/heartbeat",
+            json={"epoch": epoch},
+            headers={"Authorization": "Bearer alw_not-a-token"},
+        )
+        assert unknown.status_code == 401
+        assert unknown.json()["error"]["code"] == "authentication_failed"
+
+    assert Step.objects.filter(run_id=run_id).count() == 1
+    assert Event.objects.filter(run_id=run_id).count() == 4  # created, lease, intent, done
+    assert run_chain_breaks(Run.objects.get(pk=run_id)) == []
+
+
+def test_a_revoked_token_is_refused_by_the_process_that_revoked_it_at_once(
+    api: APIClient, worker_token: str
+) -> None:
+    from runs.authentication import hash_token
+    from runs.models import WorkerToken
+    from runs.tokens import worker_token_revoke
+
+    journal = JournalClient(api)
+    run_id = journal.create()["id"]
+    assert journal.lease(run_id).status_code == 200
+    worker_token_revoke(token_id=WorkerToken.objects.get(token_hash=hash_token(worker_token)).pk)
+
+    assert journal.lease(run_id).status_code == 401
