@@ -13,6 +13,8 @@ from rest_framework import exceptions, status
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
+from runs.canonical import storage_form
+
 MAX_JSON_DEPTH = 64
 # "\ud800" is valid JSON but no UTF-8 text: PostgreSQL and the hash chain cannot store it.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -90,7 +92,8 @@ class StrictJSONParser(BaseParser):
     """JSON that PostgreSQL can store and the hash chain can canonicalise.
 
     Refuses bodies over the configured size (413), non-UTF-8, NaN/Infinity, NUL characters and
-    unpaired surrogates (jsonb cannot hold them) and nesting deeper than MAX_JSON_DEPTH.
+    unpaired surrogates (jsonb cannot hold them) and nesting deeper than MAX_JSON_DEPTH. Numbers come out in their storage form (runs.canonical.storage_form), so
+    what is stored, answered and hashed is one value.
     """
 
     media_type = "application/json"
@@ -116,7 +119,7 @@ class StrictJSONParser(BaseParser):
             raise exceptions.ParseError(
                 "JSON strings may not contain NUL characters or unpaired surrogates (\\ud800-\\udfff)."
             )
-        return data
+        return storage_form(data)
 
 
 _DRF_CODES = {
