@@ -254,9 +254,8 @@ def test_a_body_with_a_key_twice_is_400_malformed_json_not_last_one_wins(
     api: APIClient, leased_run: tuple[str, int], nothing_written: None, raw: bytes
 ) -> None:
     run_id, _ = leased_run
-    response = api.generic(
-        "POST", f"/api/v1/runs/{run_id}/steps/", raw, content_type="application/json"
-    )  # type: ignore[arg-type]
+    url = f"/api/v1/runs/{run_id}/steps/"
+    response = api.generic("POST", url, raw, content_type="application/json")  # type: ignore[arg-type]
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "malformed_json"
