@@ -19,8 +19,8 @@ from audit.models import ChainAlert, Checkpoint, CheckpointLeaf
 from audit.signing import sign, signing_key_id
 from runs import clock
 from runs.canonical import GENESIS_HASH, canonical_json, sha256_hex
-from runs.chain import ChainBreak, chain_breaks
-from runs.models import Event, Run
+from runs.chain import STEP_COLUMNS, ChainBreak, StepRow, chain_breaks
+from runs.models import Event, Run, Step
 
 CHECKPOINT_LOCK = 0x41554454  # pg advisory lock key: one checkpoint job at a time ("AUDT")
 LEAF_BATCH = 2000
@@ -67,7 +67,11 @@ def repeatable_read() -> None:
 
 
 def chains_verify(*, keep: int = 100) -> ChainCheck:
-    """Recompute every run's chain (events streamed with a server-side cursor, run by run)."""
+    """Recompute every run's chain (events streamed with a server-side cursor, run by run).
+
+    Each run's steps are checked against its events too (runs.binding): a step row edited in
+    the database is a break naming the step and the field.
+    """
     check = ChainCheck()
     runs = Run.objects.order_by("pk").values_list("pk", "event_head").iterator(chunk_size=5000)
     events = (
@@ -78,12 +82,26 @@ def chains_verify(*, keep: int = 100) -> ChainCheck:
     )
     grouped = itertools.groupby(events, key=lambda e: e.run_id)
     pending = next(grouped, None)
+    steps_by_run = itertools.groupby(
+        (
+            StepRow(*row)
+            for row in Step.objects.order_by("run_id", "index")
+            .values_list(*STEP_COLUMNS)
+            .iterator(chunk_size=5000)
+        ),
+        key=lambda s: s.run_id,
+    )
+    pending_steps = next(steps_by_run, None)
     for run_id, head in runs:
         check.runs += 1
         matched = pending is not None and pending[0] == run_id
         run_events: Iterator[_EventRow] = pending[1] if matched and pending else iter(())
+        steps: list[StepRow] = []
+        if pending_steps is not None and pending_steps[0] == run_id:
+            steps = list(pending_steps[1])
+            pending_steps = next(steps_by_run, None)
         counted = _counting(run_events, check)
-        for problem in chain_breaks(run_id, counted, head=head or GENESIS_HASH):  # type: ignore[arg-type]
+        for problem in chain_breaks(run_id, counted, head=head or GENESIS_HASH, steps=steps):  # type: ignore[arg-type]
             check.breaks_total += 1
             if len(check.breaks) < keep:
                 check.breaks.append(problem)
