@@ -1,5 +1,8 @@
 """Signed checkpoints: recompute every chain, then sign the heads that changed since the last one.
 
+Every chain is also compared with the head the last checkpoint signed for its run, so a chain
+rewritten with recomputed hashes is caught online, not only by an offline verifier.
+
 The job refuses to sign over a broken chain: it raises (or refreshes) a ChainAlert instead, so
 an edit made behind the application's back is loud at the next checkpoint.
 """
@@ -108,7 +111,43 @@ def chains_verify(*, keep: int = 100) -> ChainCheck:
         if matched:
             # advance only once this run's group is consumed (groupby shares one iterator)
             pending = next(grouped, None)
+    for problem in signed_heads_breaks():
+        check.breaks_total += 1
+        if len(check.breaks) < keep:
+            check.breaks.append(problem)
     return check
+
+
+def signed_heads_breaks() -> list[ChainBreak]:
+    """Runs whose chain no longer holds the head a checkpoint signed for them.
+
+    A rewrite of a whole chain with recomputed hashes (and head) verifies on its own; only the
+    head signed earlier tells. For each run, the event at the seq its latest leaf signed must
+    still carry that hash (the chain before it then holds too). Purged runs have no row and
+    are skipped: their leaves are evidence, not live chains.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT l.run_id, l.event_seq, c.seq FROM (
+                SELECT DISTINCT ON (run_id) run_id, event_seq, head, checkpoint_id
+                FROM audit_checkpointleaf ORDER BY run_id, event_seq DESC) l
+            JOIN runs_run r ON r.id = l.run_id
+            JOIN audit_checkpoint c ON c.id = l.checkpoint_id
+            LEFT JOIN runs_event e ON e.run_id = l.run_id AND e.seq = l.event_seq
+            WHERE e.hash IS DISTINCT FROM l.head
+            ORDER BY l.run_id
+            """
+        )
+        return [
+            ChainBreak(
+                str(run_id),
+                seq,
+                f"event {seq} is not the one checkpoint {checkpoint} signed: the chain was "
+                "rewritten",
+            )
+            for run_id, seq, checkpoint in cursor.fetchall()
+        ]
 
 
 def _counting(events: Iterator[_EventRow], check: ChainCheck) -> Iterator[_EventRow]:
