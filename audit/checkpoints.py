@@ -1,5 +1,8 @@
 """Signed checkpoints: recompute every chain, then sign the heads that changed since the last one.
 
+Every chain is also compared with the head the last checkpoint signed for its run, so a chain
+rewritten with recomputed hashes is caught online, not only by an offline verifier.
+
 The job refuses to sign over a broken chain: it raises (or refreshes) a ChainAlert instead, so
 an edit made behind the application's back is loud at the next checkpoint.
 """
@@ -19,8 +22,8 @@ from audit.models import ChainAlert, Checkpoint, CheckpointLeaf
 from audit.signing import sign, signing_key_id
 from runs import clock
 from runs.canonical import GENESIS_HASH, canonical_json, sha256_hex
-from runs.chain import ChainBreak, chain_breaks
-from runs.models import Event, Run
+from runs.chain import STEP_COLUMNS, ChainBreak, StepRow, chain_breaks
+from runs.models import Event, Run, Step
 
 CHECKPOINT_LOCK = 0x41554454  # pg advisory lock key: one checkpoint job at a time ("AUDT")
 LEAF_BATCH = 2000
@@ -67,7 +70,11 @@ def repeatable_read() -> None:
 
 
 def chains_verify(*, keep: int = 100) -> ChainCheck:
-    """Recompute every run's chain (events streamed with a server-side cursor, run by run)."""
+    """Recompute every run's chain (events streamed with a server-side cursor, run by run).
+
+    Each run's steps are checked against its events too (runs.binding): a step row edited in
+    the database is a break naming the step and the field.
+    """
     check = ChainCheck()
     runs = Run.objects.order_by("pk").values_list("pk", "event_head").iterator(chunk_size=5000)
     events = (
@@ -78,19 +85,69 @@ def chains_verify(*, keep: int = 100) -> ChainCheck:
     )
     grouped = itertools.groupby(events, key=lambda e: e.run_id)
     pending = next(grouped, None)
+    steps_by_run = itertools.groupby(
+        (
+            StepRow(*row)
+            for row in Step.objects.order_by("run_id", "index")
+            .values_list(*STEP_COLUMNS)
+            .iterator(chunk_size=5000)
+        ),
+        key=lambda s: s.run_id,
+    )
+    pending_steps = next(steps_by_run, None)
     for run_id, head in runs:
         check.runs += 1
         matched = pending is not None and pending[0] == run_id
         run_events: Iterator[_EventRow] = pending[1] if matched and pending else iter(())
+        steps: list[StepRow] = []
+        if pending_steps is not None and pending_steps[0] == run_id:
+            steps = list(pending_steps[1])
+            pending_steps = next(steps_by_run, None)
         counted = _counting(run_events, check)
-        for problem in chain_breaks(run_id, counted, head=head or GENESIS_HASH):  # type: ignore[arg-type]
+        for problem in chain_breaks(run_id, counted, head=head or GENESIS_HASH, steps=steps):  # type: ignore[arg-type]
             check.breaks_total += 1
             if len(check.breaks) < keep:
                 check.breaks.append(problem)
         if matched:
             # advance only once this run's group is consumed (groupby shares one iterator)
             pending = next(grouped, None)
+    for problem in signed_heads_breaks():
+        check.breaks_total += 1
+        if len(check.breaks) < keep:
+            check.breaks.append(problem)
     return check
+
+
+def signed_heads_breaks() -> list[ChainBreak]:
+    """Runs whose chain no longer holds the head a checkpoint signed for them.
+
+    A rewrite of a whole chain with recomputed hashes (and head) verifies on its own; only the
+    head signed earlier tells. For each run, the event at the seq its latest leaf signed must
+    still carry that hash (the chain before it then holds too). Purged runs have no row and
+    are skipped: their leaves are evidence, not live chains.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT l.run_id, l.event_seq, c.seq FROM (
+                SELECT DISTINCT ON (run_id) run_id, event_seq, head, checkpoint_id
+                FROM audit_checkpointleaf ORDER BY run_id, event_seq DESC) l
+            JOIN runs_run r ON r.id = l.run_id
+            JOIN audit_checkpoint c ON c.id = l.checkpoint_id
+            LEFT JOIN runs_event e ON e.run_id = l.run_id AND e.seq = l.event_seq
+            WHERE e.hash IS DISTINCT FROM l.head
+            ORDER BY l.run_id
+            """
+        )
+        return [
+            ChainBreak(
+                str(run_id),
+                seq,
+                f"event {seq} is not the one checkpoint {checkpoint} signed: the chain was "
+                "rewritten",
+            )
+            for run_id, seq, checkpoint in cursor.fetchall()
+        ]
 
 
 def _counting(events: Iterator[_EventRow], check: ChainCheck) -> Iterator[_EventRow]:

@@ -19,7 +19,7 @@ from django.db.models import Model
 
 from runs.canonical import GENESIS_HASH, arguments_hash, event_hash, idempotency_key
 from runs.models import Event, Run, Step
-from runs.services import event_body
+from runs.services import event_body, money
 
 
 def _fields(model: type[Model]) -> list[Any]:
@@ -101,7 +101,10 @@ def _one_run(
         ahash = arguments_hash(args)
         key = idempotency_key(run_id=run_id, index=index, name=name, args_hash=ahash)
         result = {"ok": True, "ticket": {"id": i * 100 + index}} if write else {"articles": []}
-        usage_in, usage_out = 120 + index, 40 + index
+        resolved = index == resolved_step
+        # a step resolved by a supervisor never reported usage
+        usage_in, usage_out = (0, 0) if resolved else (120 + index, 40 + index)
+        cost = Decimal(0) if resolved else Decimal("0.000210")
         tokens += usage_in + usage_out
         values: dict[str, Any] = {
             "run_id": run_id,
@@ -117,7 +120,7 @@ def _one_run(
             "result": result,
             "usage_input_tokens": usage_in,
             "usage_output_tokens": usage_out,
-            "usage_cost_usd": Decimal("0.000210"),
+            "usage_cost_usd": cost,
             "epoch": 1,
             "intent_at": t,
             "outcome_at": t + timedelta(milliseconds=50),
@@ -125,12 +128,30 @@ def _one_run(
         }
         chain.add(
             "step_intent",
-            {"index": index, "name": name, "effect": values["effect"], "idempotency_key": key},
+            {
+                "index": index,
+                "kind": "tool",
+                "name": name,
+                "effect": values["effect"],
+                "enforced_by": values["enforced_by"],
+                "arguments_hash": ahash,
+                "idempotency_key": key,
+            },
             f"worker:{worker}",
             t,
         )
-        if index == resolved_step:
-            chain.add("step_unknown", {"index": index, "name": name}, "system:reaper", t)
+        if resolved:
+            chain.add(
+                "step_unknown",
+                {
+                    "index": index,
+                    "name": name,
+                    "idempotency_key": key,
+                    "why": "enforced_by: nobody",
+                },
+                "system:reaper",
+                t,
+            )
             note = "Checked the ticket system: the ticket exists."
             values |= {
                 "resolution_action": "sent",
@@ -147,7 +168,16 @@ def _one_run(
         else:
             chain.add(
                 "step_done",
-                {"index": index, "status": "ok", "usage": {"input_tokens": usage_in}},
+                {
+                    "index": index,
+                    "name": name,
+                    "result_hash": arguments_hash(result),
+                    "usage": {
+                        "input_tokens": usage_in,
+                        "output_tokens": usage_out,
+                        "cost_usd": money(cost),
+                    },
+                },
                 f"worker:{worker}",
                 t + timedelta(milliseconds=50),
             )
@@ -172,7 +202,7 @@ def _one_run(
             "limit_recoveries": 3,
             "used_steps": steps,
             "used_tokens": tokens,
-            "used_cost_usd": Decimal("0.000210") * steps,
+            "used_cost_usd": Decimal("0.000210") * (steps - (resolved_step is not None)),
             "deadline": created_at + timedelta(hours=1),
             "step_count": steps,
             "leases_granted": 1,

@@ -8,7 +8,10 @@ and `cryptography`, and behind `manage.py verify_export`. What it proves (EXPORT
    deleted, duplicated, reordered or edited line is found (and named);
 2. every run's events form an unbroken hash chain (seq gapless from 1, prev_hash, hash recomputed
    over the canonical event body) ending at the run's recorded head;
-3. every run's chain head at checkpoint time is a leaf of a signed checkpoint (Merkle path), and
+3. every run's steps are what its events say they are (runs.binding: state, arguments,
+   result, usage, resolution, each bound by a hash in an event), so a step row edited in the
+   database before the export is named;
+4. every run's chain head at checkpoint time is a leaf of a signed checkpoint (Merkle path), and
    the checkpoints form a chain (each names the previous one's hash), each signed by the key.
 """
 
@@ -29,6 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from audit.merkle import leaf_hash, root_from_path
+from runs.binding import StepReplay
 from runs.canonical import GENESIS_HASH, canonical_json, event_hash
 
 FORMAT = "agentledger.export"
@@ -234,6 +238,7 @@ class _Verifier:
         prev = GENESIS_HASH
         expected_seq = 1
         hashes: dict[int, str] = {}
+        replay = StepReplay()
         for event in events:
             seq = event.get("seq") if isinstance(event, dict) else None
             if not isinstance(seq, int):
@@ -260,9 +265,18 @@ class _Verifier:
                 digest = ""
             if digest != event.get("hash"):
                 report.add(number, "hash does not match the event's content", run=run_id, event=seq)
+            replay.feed(
+                seq=seq,
+                type=str(event.get("type")),
+                payload=event.get("payload"),
+                at=event.get("at"),
+            )
             prev = str(event.get("hash"))
             hashes[seq] = prev
             expected_seq += 1
+        steps = obj.get("steps")
+        for seq, problem in replay.mismatches(steps if isinstance(steps, list) else []):
+            report.add(number, problem, run=run_id, event=seq or None)
         chain = obj.get("chain") or {}
         if chain.get("seq") != expected_seq - 1 or chain.get("head") != prev:
             report.add(

@@ -13,6 +13,8 @@ from rest_framework import exceptions, status
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
+from runs.canonical import storage_form
+
 MAX_JSON_DEPTH = 64
 # "\ud800" is valid JSON but no UTF-8 text: PostgreSQL and the hash chain cannot store it.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -54,6 +56,18 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object naming a key twice is refused, not read "last one wins"."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r} in an object")
+            seen.add(key)
+    return obj
+
+
 def _depth(value: Any, limit: int) -> int:
     stack: list[tuple[Any, int]] = [(value, 1)]
     deepest = 0
@@ -89,8 +103,10 @@ def _has_nul(value: Any) -> bool:
 class StrictJSONParser(BaseParser):
     """JSON that PostgreSQL can store and the hash chain can canonicalise.
 
-    Refuses bodies over the configured size (413), non-UTF-8, NaN/Infinity, NUL characters and
-    unpaired surrogates (jsonb cannot hold them) and nesting deeper than MAX_JSON_DEPTH.
+    Refuses bodies over the configured size (413), non-UTF-8, NaN/Infinity, an object naming a
+    key twice, NUL characters and unpaired surrogates (jsonb cannot hold them) and nesting deeper
+    than MAX_JSON_DEPTH. Numbers come out in their storage form (runs.canonical.storage_form), so
+    what is stored, answered and hashed is one value.
     """
 
     media_type = "application/json"
@@ -105,7 +121,9 @@ class StrictJSONParser(BaseParser):
         except UnicodeDecodeError as exc:
             raise exceptions.ParseError("The request body is not UTF-8.") from exc
         try:
-            data = json.loads(text, parse_constant=_reject_constant)
+            data = json.loads(
+                text, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicate_keys
+            )
         except RecursionError as exc:
             raise exceptions.ParseError("JSON nested too deeply.") from exc
         except ValueError as exc:
@@ -116,7 +134,7 @@ class StrictJSONParser(BaseParser):
             raise exceptions.ParseError(
                 "JSON strings may not contain NUL characters or unpaired surrogates (\\ud800-\\udfff)."
             )
-        return data
+        return storage_form(data)
 
 
 _DRF_CODES = {

@@ -2,15 +2,47 @@
 
 import hashlib
 import json
+from decimal import Decimal
 from typing import Any
 
 GENESIS_HASH = "0" * 64
 
 
+def storage_form(value: Any) -> Any:
+    """`value` with its numbers as PostgreSQL's jsonb gives them back.
+
+    jsonb stores numbers as `numeric`: `-0.0` reads back `0.0`, and a float Python writes with a
+    positive exponent (`1e+16`, `1.5e+300`) reads back as the integer it denotes. Floats with
+    decimals (`0.1`, `1e-07`, `123.0`) read back as the same float. Ints, bools, strings and None
+    are unchanged; dicts and lists are rebuilt.
+    """
+    if isinstance(value, float):
+        if value == 0:
+            return 0.0
+        exact = Decimal(repr(value))
+        exponent = exact.as_tuple().exponent
+        if isinstance(exponent, int) and exponent >= 0:
+            return int(exact)
+        return value
+    if isinstance(value, dict):
+        return {key: storage_form(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [storage_form(item) for item in value]
+    return value
+
+
 def canonical_json(value: Any) -> bytes:
-    """UTF-8, keys sorted, separators `,` `:`, no NaN: the bytes every hash is taken over."""
+    """UTF-8, keys sorted, separators `,` `:`, no NaN: the bytes every hash is taken over.
+
+    Numbers are taken in their storage form, so a hash computed before a value is stored
+    agrees with one recomputed from what the database returns.
+    """
     return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        storage_form(value),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
     ).encode("utf-8")
 
 

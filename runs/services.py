@@ -299,6 +299,8 @@ def _recover_open_intents(run: Run, *, actor: str, now: datetime) -> list[Step]:
                 _step_move(step, StepState.UNKNOWN)
                 event_type = "step_unknown"
                 payload["why"] = "the key is in progress with a stale lock: it may have been sent"
+        if event_type == "reconciled":
+            payload["result_hash"] = arguments_hash(step.result)  # binds the copied result
         step.save()
         _event_append(run, type=event_type, payload=payload, actor=actor, at=now)
         if step.state == StepState.UNKNOWN:

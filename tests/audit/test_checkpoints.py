@@ -191,3 +191,63 @@ def test_after_a_key_rotation_the_export_verifies_with_both_public_keys(
     assert any("checkpoint 1: signature does not verify" in p.message for p in only_new.problems)
     both = verify_export_file(path, [load_public_key(new_public), load_public_key(PUBLIC_KEY)])
     assert both.ok, both.problems
+
+
+def _rewrite_chain_with_recomputed_hashes(run_id: Any, *, from_seq: int) -> None:
+    """A careful attacker: edit one event, recompute every hash after it and the run's head."""
+    from runs.canonical import event_hash
+    from runs.models import Run
+    from runs.services import event_body
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute(
+            "UPDATE runs_event SET actor = 'worker:mallory' WHERE run_id = %s AND seq = %s",
+            [run_id, from_seq],
+        )
+        prev = Event.objects.get(run_id=run_id, seq=from_seq - 1).hash
+        for event in Event.objects.filter(run_id=run_id, seq__gte=from_seq).order_by("seq"):
+            body = event_body(
+                run_id=run_id,
+                seq=event.seq,
+                type=event.type,
+                payload=event.payload,
+                actor=event.actor,
+                at=event.at,
+            )
+            digest = event_hash(prev_hash=prev, body=body)
+            cursor.execute(
+                "UPDATE runs_event SET prev_hash = %s, hash = %s WHERE id = %s",
+                [prev, digest, event.pk],
+            )
+            prev = digest
+        cursor.execute("UPDATE runs_run SET event_head = %s WHERE id = %s", [prev, run_id])
+        cursor.execute("SET session_replication_role = DEFAULT")
+    assert Run.objects.get(pk=run_id).event_head == prev
+
+
+def test_a_chain_rewritten_with_recomputed_hashes_is_named_by_the_next_checkpoint(
+    db: Any,
+) -> None:
+    runs = runs_bulk_create(runs=5, steps_per_run=3)
+    assert checkpoint_create().checkpoint is not None
+    victim = runs[3]
+    _rewrite_chain_with_recomputed_hashes(victim, from_seq=2)
+
+    # the rewritten chain holds together on its own: only the signed head can tell
+    out = StringIO()
+    call_command("verify_journal", "--run", str(victim), stdout=out)
+    assert "0 breaks" in out.getvalue()
+
+    result = checkpoint_create()
+    assert result.checkpoint is None
+    assert Checkpoint.objects.count() == 1
+    alert = ChainAlert.objects.get()
+    assert alert.breaks == [
+        {
+            "run": str(victim),
+            "event": 9,
+            "problem": "event 9 is not the one checkpoint 1 signed: the chain was rewritten",
+        }
+    ]
+    assert str(victim) in alert.message

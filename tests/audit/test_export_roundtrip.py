@@ -94,9 +94,13 @@ def test_changing_one_byte_of_one_event_names_that_run_and_event(exported: Path)
     lines[target] = bytes(raw)
     report = _verify(_tampered(exported, lines, "one-byte.jsonl"))
     assert not report.ok
-    broken_events = {(p.run, p.event) for p in report.problems if p.event is not None}
-    assert broken_events == {(run_id, 3)}
-    assert any("hash does not match the event's content" in p.message for p in report.problems)
+    broken_hashes = {
+        (p.run, p.event) for p in report.problems if "hash does not match" in p.message
+    }
+    assert broken_hashes == {(run_id, 3)}
+    # the edited key no longer vouches for step 0's key either (its last event is seq 4)
+    step_problems = {(p.event, p.message) for p in report.problems if p.message.startswith("step")}
+    assert step_problems == {(4, "step 0 idempotency_key does not match its events")}
     # the line chain points at the same run's line, and nothing else is accused
     assert {p.run for p in report.problems} == {run_id}
 

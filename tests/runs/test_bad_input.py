@@ -238,3 +238,26 @@ def test_a_dashboard_session_cannot_use_the_worker_api(db: Any, django_user_mode
     response = client.post("/api/v1/runs/", {"agent": "a", "input": {}}, format="json")
     assert response.status_code in (401, 403)
     assert Run.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"epoch": 1, "index": 1, "index": 7, "kind": "tool", "name": "t", "effect": "read",'
+        b' "arguments": {}}',
+        b'{"epoch": 1, "index": 1, "kind": "tool", "name": "t", "effect": "read",'
+        b' "arguments": {"to": "a@example.com", "to": "b@example.com"}}',
+    ],
+    ids=["top level", "inside the arguments"],
+)
+def test_a_body_with_a_key_twice_is_400_malformed_json_not_last_one_wins(
+    api: APIClient, leased_run: tuple[str, int], nothing_written: None, raw: bytes
+) -> None:
+    run_id, _ = leased_run
+    url = f"/api/v1/runs/{run_id}/steps/"
+    response = api.generic("POST", url, raw, content_type="application/json")  # type: ignore[arg-type]
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "malformed_json"
+    assert "duplicate" in error["message"].lower()
+    assert set(error) == {"code", "message", "details"}

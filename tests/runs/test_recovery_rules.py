@@ -131,3 +131,27 @@ def test_the_reaper_leaves_live_leases_alone(api: APIClient, fake_clock: Any) ->
     fake_clock.advance(seconds=59)
     assert reaper_task() == 0
     assert Run.objects.get(pk=run_id).status == "running"
+
+
+@pytest.mark.parametrize("name", ["ledger.completed", "ledger.failed"])
+def test_a_reconciled_result_edited_in_the_database_breaks_the_chain(
+    api: APIClient, fake_clock: Any, name: str
+) -> None:
+    from django.db import connection
+
+    from runs.chain import run_chain_breaks
+
+    run_id = run_with_open_intents(api, OPEN_INTENTS)
+    fake_clock.advance(seconds=31)
+    assert reaper_task() == 1
+    run = Run.objects.get(pk=run_id)
+    assert run_chain_breaks(run) == []
+
+    step = Step.objects.get(run_id=run_id, name=name)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            'UPDATE runs_step SET result = \'{"email": {"id": 8}}\' WHERE id = %s', [step.pk]
+        )
+    assert [b.problem for b in run_chain_breaks(run)] == [
+        f"step {step.index} result does not match its events"
+    ]

@@ -1,0 +1,113 @@
+"""Every field of a step is bound by its events: an edit of a step row is found by all four checks.
+
+verify_journal, the dashboard's Verify button, the checkpoint job and the offline verifier of an
+export each replay the run's events per step (intent, outcome, reconciliation, resolution) and
+compare the result with the step rows, naming the step and the field that disagree.
+"""
+
+from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test import Client
+
+from audit.checkpoints import checkpoint_create
+from audit.exports import ExportFilters, export_jsonl
+from audit.models import ChainAlert
+from audit.verify import load_public_key, verify_export_file
+from runs.services import step_resolve
+from tests.audit.conftest import PUBLIC_KEY
+from tests.review.factories import finish_run_as_worker, killed_support_run, user_in
+
+
+@pytest.fixture
+def resolved_run(db: Any) -> Iterator[str]:
+    """Steps 0 (read, done), 1 (tickets.create, done), 2 (email.send, unknown, resolved sent)."""
+    item = killed_support_run()
+    step_resolve(
+        run_id=item.run_id,
+        index=2,
+        action="sent",
+        note="The email is in the outbox.",
+        by="alice",
+        result={"email": {"id": 7, "message_id": "<m7@example.com>"}},
+    )
+    finish_run_as_worker(item.run_id)
+    yield item.run_id
+
+
+def _verify_journal(run_id: str) -> tuple[int, str]:
+    out = StringIO()
+    try:
+        call_command("verify_journal", "--run", run_id, stdout=out)
+    except SystemExit as exc:
+        return int(exc.code or 0), out.getvalue()
+    return 0, out.getvalue()
+
+
+def _dashboard_verify(run_id: str) -> str:
+    client = Client()
+    client.force_login(user_in("supervisors"))
+    response = client.get(f"/runs/{run_id}/verify", HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def _export_problems(run_id: str, tmp_path: Path) -> list[str]:
+    path = tmp_path / f"{run_id}.jsonl"
+    path.write_bytes(b"".join(export_jsonl(filters=ExportFilters(run_id=UUID(run_id)))))
+    report = verify_export_file(path, load_public_key(PUBLIC_KEY))
+    assert report.signed_manifest
+    return [str(p) for p in report.problems]
+
+
+def test_a_journalled_run_with_a_resolution_passes_all_four_checks(
+    resolved_run: str, tmp_path: Path
+) -> None:
+    assert _verify_journal(resolved_run)[0] == 0
+    assert "The chain holds" in _dashboard_verify(resolved_run)
+    assert checkpoint_create().checkpoint is not None
+    assert _export_problems(resolved_run, tmp_path) == []
+
+
+EDITS = [
+    ("result", "UPDATE runs_step SET result = '{\"ticket\": {\"id\": 99}}' WHERE index = 1", 1),
+    ("arguments", "UPDATE runs_step SET arguments = '{\"to\": \"eve@example.com\"}' WHERE index = 2", 2),
+    ("arguments_hash", "UPDATE runs_step SET arguments_hash = repeat('a', 64), arguments = '{}' WHERE index = 1", 1),
+    ("state", "UPDATE runs_step SET state = 'error' WHERE index = 1", 1),
+    ("usage", "UPDATE runs_step SET usage_input_tokens = 5 WHERE index = 0", 0),
+    ("resolution", "UPDATE runs_step SET resolution_note = 'Never sent.' WHERE index = 2", 2),
+    ("result", "UPDATE runs_step SET result = '{\"resolved_as\": \"sent\"}' WHERE index = 2", 2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("field", "sql", "index"), EDITS, ids=[f"step {e[2]} {e[0]}" for e in EDITS]
+)
+def test_a_step_row_edited_in_the_database_is_named_by_every_check(
+    resolved_run: str, tmp_path: Path, field: str, sql: str, index: int
+) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql + " AND run_id = %s", [resolved_run])
+        assert cursor.rowcount == 1
+    named = f"step {index} {field} "
+
+    code, output = _verify_journal(resolved_run)
+    assert code == 1
+    assert f"BROKEN run {resolved_run}" in output and named in output, output
+
+    page = _dashboard_verify(resolved_run)
+    assert "Chain broken" in page and named in page, page
+
+    result = checkpoint_create()
+    assert result.checkpoint is None
+    alert = ChainAlert.objects.get()
+    assert resolved_run in alert.message and named in alert.message, alert.message
+
+    problems = _export_problems(resolved_run, tmp_path)
+    assert any(resolved_run in p and named in p for p in problems), problems
