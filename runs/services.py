@@ -16,7 +16,7 @@ from django.db.models import Q
 
 from runs import clock, kernel
 from runs.api_errors import ApplicationError
-from runs.canonical import GENESIS_HASH, event_hash
+from runs.canonical import GENESIS_HASH, arguments_hash, event_hash
 from runs.constants import (
     FINAL_STATUSES,
     RUN_TRANSITIONS,

@@ -66,6 +66,6 @@ $$ LANGUAGE plpgsql;
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0002_event_append_only_and_default_policy")]
+    dependencies = [("runs", "0003_journal_kernel")]
 
     operations = [migrations.RunSQL(PURGE_OWNER_ONLY, BACK_TO_0002)]
