@@ -252,8 +252,11 @@ class RunLeaseApi(APIView):
         )
 
 
+MAX_EPOCH = 2**63 - 1  # the column is a bigint
+
+
 class EpochSerializer(serializers.Serializer):
-    epoch = serializers.IntegerField(min_value=0)
+    epoch = serializers.IntegerField(min_value=0, max_value=MAX_EPOCH)
 
 
 class RunHeartbeatApi(APIView):

@@ -13,6 +13,7 @@ and runserver use it), and `HotPathWSGI` answers before Django builds a request 
 import io
 import json
 import re
+import select
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -20,15 +21,16 @@ from typing import Any
 from uuid import UUID
 
 import orjson
+import psycopg
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError, connection, connections
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import APIException
 
 from runs import services
 from runs.api_errors import ApplicationError, StrictJSONParser
-from runs.apis import MAX_STEP_INDEX, MAX_TOKENS_PER_CALL
+from runs.apis import MAX_EPOCH, MAX_STEP_INDEX, MAX_TOKENS_PER_CALL
 from runs.authentication import principal_for
 from runs.constants import Effect, EnforcedBy, StepKind
 from runs.representations import run_json, step_json
@@ -158,7 +160,7 @@ def _intent_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
         raise Decline
     result = services.step_intent_record(
         run_id=run_id,
-        epoch=_int(data, "epoch", 0, 2**63 - 1),
+        epoch=_int(data, "epoch", 0, MAX_EPOCH),
         index=_int(data, "index", 0, MAX_STEP_INDEX),
         kind=kind,
         name=_text(data, "name"),
@@ -183,7 +185,7 @@ def _outcome_call(run_id: UUID, index: int, data: Any, actor: str) -> HotAnswer:
     result = services.step_outcome_record(
         run_id=run_id,
         index=index,
-        epoch=_int(data, "epoch", 0, 2**63 - 1),
+        epoch=_int(data, "epoch", 0, MAX_EPOCH),
         **outcome,
         actor=actor,
     )
@@ -195,7 +197,7 @@ def _outcome_call(run_id: UUID, index: int, data: Any, actor: str) -> HotAnswer:
 
 def _heartbeat_call(run_id: UUID, data: Any) -> HotAnswer:
     data = _only(data, frozenset({"epoch"}))
-    beat = services.run_heartbeat(run_id=run_id, epoch=_int(data, "epoch", 0, 2**63 - 1))
+    beat = services.run_heartbeat(run_id=run_id, epoch=_int(data, "epoch", 0, MAX_EPOCH))
     expires = beat.expires_at.isoformat() if beat.expires_at else None
     return HotAnswer(
         200, _dumps({"expires_at": expires, "status": beat.status, "epoch": beat.epoch})
@@ -251,6 +253,24 @@ def answer(
         return _lease_call(run_id, data, actor)
     except ApplicationError as error:
         return _refusal(error)
+
+
+def drop_dead_connection() -> None:
+    """Django's per-request health check, without its round trip.
+
+    An idle connection has nothing to read; if the server sent something anyway (the notice a
+    terminated backend or a restart leaves, or EOF), the connection is dead: close it, and the
+    next query opens a fresh one instead of failing with 503.
+    """
+    conn = connection.connection
+    if conn is None or connection.in_atomic_block:
+        return
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        readable = [True]
+    if readable:
+        connection.close()
 
 
 def _database_unavailable() -> HotAnswer:
@@ -331,7 +351,10 @@ class HotPathWSGI:
         if hot is None:
             return self.django_app(environ, start_response)
         status = f"{hot.status} {_REASONS.get(hot.status, 'Error')}"
-        start_response(status, [*HEADERS, ("Content-Length", str(len(hot.body)))])
+        headers = [*HEADERS, ("Content-Length", str(len(hot.body)))]
+        if hot.status == 503:
+            headers.append(("Retry-After", "1"))  # as runs.middleware says for the rest
+        start_response(status, headers)
         return [hot.body]
 
     def _answer(self, environ: dict[str, Any]) -> HotAnswer | None:
@@ -352,18 +375,27 @@ class HotPathWSGI:
         body = environ["wsgi.input"].read(length)
         environ["wsgi.input"] = _Replay(body)  # Django reads it again if we decline
         index = match.groupdict().get("index")
-        try:
-            return answer(
-                route,
-                run_id=UUID(match["run_id"]),
-                index=None if index is None else int(index),
-                body=body,
-                authorization=environ.get("HTTP_AUTHORIZATION"),
-            )
-        except Decline:
-            return None
-        except (OperationalError, InterfaceError):
-            return _database_unavailable()
+        call = {
+            "run_id": UUID(match["run_id"]),
+            "index": None if index is None else int(index),
+            "body": body,
+            "authorization": environ.get("HTTP_AUTHORIZATION"),
+        }
+        # a connection that died between requests fails the first statement: intents, outcomes
+        # and heartbeats go again once on a fresh one (a repeat is answered as recorded); a lease
+        # does not (a repeat would count a recovery), the client retries its 503
+        attempts = 1 if route == "lease" else 2
+        for attempt in range(attempts):
+            try:
+                drop_dead_connection()
+                return answer(route, **call)
+            except Decline:
+                return None
+            except (OperationalError, InterfaceError):
+                if attempt + 1 == attempts or connection.is_usable():
+                    return _database_unavailable()
+                connection.close()
+        return None
 
 
 class _Replay:

@@ -261,3 +261,16 @@ def test_a_body_with_a_key_twice_is_400_malformed_json_not_last_one_wins(
     assert error["code"] == "malformed_json"
     assert "duplicate" in error["message"].lower()
     assert set(error) == {"code", "message", "details"}
+
+
+@pytest.mark.parametrize("path", ["heartbeat", "steps/0/outcome", "steps/", "complete", "fail"])
+def test_an_epoch_beyond_64_bits_is_400_not_a_server_error(api: APIClient, path: str) -> None:
+    run_id = api.post("/api/v1/runs/", {"agent": "support", "input": {}}).json()["id"]
+    body = {"epoch": 2**65, "index": 0, "kind": "tool", "name": "t", "effect": "read",
+            "arguments": {}, "status": "ok", "result": None, "output": None, "error": None}  # fmt: skip
+
+    response = api.post(f"/api/v1/runs/{run_id}/{path}", body)
+
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "validation_error"
+    assert "epoch" in response.json()["error"]["details"]
