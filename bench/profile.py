@@ -25,6 +25,12 @@ PY_SPY = BENCH / ".venv" / "bin" / "py-spy"
 
 # (label, substring of a frame "function (file)") — inclusive share of samples containing it
 BUCKETS = [
+    ("lean path (runs/hotpath.py)", "answer (runs/hotpath.py"),
+    ("  token lookup (cached 1 s)", "principal_for (runs/authentication.py"),
+    ("  body parse (strict JSON)", "parse_strict_json (runs/hotpath.py"),
+    ("  journal kernel call (one statement)", "_call (runs/kernel.py"),
+    ("  canonical JSON + hashes", "canonical_json (runs/canonical.py"),
+    ("  response (orjson)", "_dumps (runs/hotpath.py"),
     ("whole request (WSGI handler)", "__call__ (django/core/handlers/wsgi.py"),
     ("DRF dispatch (auth + parse + view)", "dispatch (rest_framework/views.py"),
     ("  token authentication", "authenticate (runs/authentication.py"),
