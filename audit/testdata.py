@@ -2,7 +2,7 @@
 
 `runs_bulk_create` writes runs, steps and hash-chained events with PostgreSQL COPY (measured:
 90,000 runs with 5 steps and 1.18 million events in 63 s on two shared cores), computing every event hash exactly as
-`runs.services._event_append` does, so `verify_journal`, checkpoints and exports see chains
+`runs.kernel.event_append` does, so `verify_journal`, checkpoints and exports see chains
 that verify. Every 10th run has a write step a supervisor resolved (`sent`), so exports carry
 resolutions too.
 """
@@ -18,8 +18,9 @@ from django.db import connection
 from django.db.models import Model
 
 from runs.canonical import GENESIS_HASH, arguments_hash, event_hash, idempotency_key
+from runs.kernel import event_body
 from runs.models import Event, Run, Step
-from runs.services import event_body, money
+from runs.services import money
 
 
 def _fields(model: type[Model]) -> list[Any]:

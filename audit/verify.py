@@ -77,7 +77,7 @@ class Report:
 
 
 def event_body(*, run_id: str, event: dict[str, Any]) -> dict[str, Any]:
-    """The canonical body an event's hash covers; mirrors runs.services.event_body."""
+    """The canonical body an event's hash covers; mirrors runs.kernel.event_body."""
     return {
         "run": run_id,
         "seq": event.get("seq"),

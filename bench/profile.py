@@ -39,7 +39,7 @@ BUCKETS = [
     ("  step_intent_record", "step_intent_record (runs/services.py"),
     ("  step_outcome_record", "step_outcome_record (runs/services.py"),
     ("  run_for_update (SELECT … FOR UPDATE)", "run_for_update (runs/lock_objects.py"),
-    ("  _event_append (hash + INSERT)", "_event_append (runs/services.py"),
+    ("  event_append (hash + INSERT, cold paths)", "event_append (runs/kernel.py"),
     ("  Model.save", "save (django/db/models/base.py"),
     ("  COMMIT", "commit (django/db/backends/base/base.py"),
     ("  response rendering", "render (rest_framework/response.py"),

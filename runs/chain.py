@@ -13,9 +13,9 @@ from uuid import UUID
 
 from runs.binding import StepReplay
 from runs.canonical import GENESIS_HASH, event_hash
+from runs.kernel import event_body
 from runs.models import Event, Run, Step
 from runs.representations import step_json
-from runs.services import event_body
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,24 @@ STEP_TRANSITIONS: dict[str, frozenset[str]] = {
 BUDGET_LIMITS = ("steps", "tokens", "cost_usd", "wall_seconds", "recoveries")
 
 
+class StatusReason(models.TextChoices):
+    """Why a run is in its status (`Run.status_reason`); a budget stop names its limit."""
+
+    NONE = ""
+    UNKNOWN_STEP = "unknown_step"
+    RECOVERIES = "recoveries"
+    LEASE_EXPIRED = "lease_expired"
+    STEP_ABANDONED = "step_abandoned"
+    ABANDONED_IN_REVIEW = "abandoned_in_review"
+    RESOLVED = "resolved"
+    RESUMED = "resumed"
+    LIMITS_RAISED = "limits_raised"
+    WALL_SECONDS = "wall_seconds"
+    STEPS = "steps"
+    TOKENS = "tokens"
+    COST_USD = "cost_usd"
+
+
 class EventType(models.TextChoices):
     """Every event a run's chain can hold; the journal kernel (runs/sql) writes the hot ones."""
 

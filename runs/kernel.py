@@ -12,19 +12,133 @@ raises it or returns it beside the step; nothing else is ever half done.
 """
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from django.db import connection
+from django.db import connection, transaction
 
 from runs import clock
 from runs.api_errors import ApplicationError
-from runs.canonical import canonical_json, idempotency_key, sha256_hex
-from runs.constants import Effect, EnforcedBy, EventType
-from runs.models import Run, Step
+from runs.canonical import GENESIS_HASH, canonical_json, event_hash, idempotency_key, sha256_hex
+from runs.constants import (
+    FINAL_STATUSES,
+    RUN_TRANSITIONS,
+    STEP_TRANSITIONS,
+    Effect,
+    EnforcedBy,
+    EventType,
+    RunStatus,
+    StatusReason,
+    StepState,
+)
+from runs.lock_objects import run_for_update
+from runs.models import Event, Run, Step
+
+# --- the chain and the state machines, for the transitions that are not hot ----------------
+#
+# Recovery, reviews, limits, completion: each runs inside `transition()`, which takes the run's
+# lock, and changes state only through run_move / step_move (the tables in runs.constants) and
+# event_append, so every change commits with its event. The hot calls do the same in SQL.
+
+
+class InvalidTransition(Exception):
+    """A transition outside the tables in runs.constants: a bug, never a client error."""
+
+
+def event_body(
+    *, run_id: UUID | str, seq: int, type: str, payload: Any, actor: str, at: datetime
+) -> dict[str, Any]:
+    """What an event's hash covers; `verify_journal` and offline verifiers rebuild exactly this."""
+    return {
+        "run": str(run_id),
+        "seq": seq,
+        "type": type,
+        "payload": payload,
+        "actor": actor,
+        "at": at.isoformat(),
+    }
+
+
+def event_append(
+    run: Run, *, type: EventType, payload: dict[str, Any], actor: str, at: datetime
+) -> Event:
+    """Append to the run's chain. The caller holds the run lock and saves the run afterwards."""
+    seq = run.event_seq + 1
+    prev = run.event_head or GENESIS_HASH
+    body = event_body(run_id=run.pk, seq=seq, type=type, payload=payload, actor=actor, at=at)
+    digest = event_hash(prev_hash=prev, body=body)
+    event = Event.objects.create(
+        run=run,
+        seq=seq,
+        type=type,
+        payload=payload,
+        actor=actor,
+        at=at,
+        prev_hash=prev,
+        hash=digest,
+    )
+    run.event_seq = seq
+    run.event_head = digest
+    return event
+
+
+def run_move(
+    run: Run, to: RunStatus | str, *, reason: StatusReason | str = StatusReason.NONE
+) -> None:
+    if to not in RUN_TRANSITIONS[run.status]:
+        raise InvalidTransition(f"run {run.status} -> {to}")
+    run.status = to
+    run.status_reason = reason
+    if to in FINAL_STATUSES:
+        run.finished_at = clock.now()
+        run.lease_worker = None
+        run.lease_expires_at = None
+
+
+def step_move(step: Step, to: StepState | str) -> None:
+    if to not in STEP_TRANSITIONS[step.state]:
+        raise InvalidTransition(f"step {step.state} -> {to}")
+    step.state = to
+
+
+@dataclass
+class Transition:
+    """The locked run of one transaction, and the refusal to answer once it has committed."""
+
+    run: Run
+    actor: str
+    now: datetime
+    refusal: ApplicationError | None = None
+
+    def event(self, type: EventType, payload: dict[str, Any], *, actor: str | None = None) -> Event:
+        return event_append(
+            self.run, type=type, payload=payload, actor=actor or self.actor, at=self.now
+        )
+
+    def refuse(self, error: ApplicationError) -> None:
+        """Answer `error`, keeping what this transition changed (a budget stop, a recovery)."""
+        self.refusal = error
+
+
+@contextmanager
+def transition(run: UUID | str | Run, *, actor: str) -> Iterator[Transition]:
+    """Lock the run, let the caller move it, save it, commit, then raise any refusal.
+
+    An exception inside rolls everything back (a refusal that changed nothing); `refuse()` is
+    for the refusals whose state change must be kept, so there is one way to do each.
+    """
+    with transaction.atomic():
+        locked = run_for_update(run.pk if isinstance(run, Run) else run)
+        step = Transition(run=locked, actor=actor, now=clock.now())
+        yield step
+        locked.save()
+    if step.refusal is not None:
+        raise step.refusal
 
 
 def _text(value: Any) -> str:
@@ -367,12 +481,19 @@ def lease(*, run_id: UUID | str, worker: str, ttl_seconds: int, actor: str) -> R
 __all__ = [
     "EventType",
     "HeartbeatAnswer",
+    "InvalidTransition",
     "RecoveryNeeded",
     "StepAnswer",
+    "Transition",
+    "event_append",
+    "event_body",
     "event_prefix",
     "heartbeat",
     "lease",
     "refusal",
+    "run_move",
     "step_intent",
+    "step_move",
     "step_outcome",
+    "transition",
 ]

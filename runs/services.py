@@ -16,82 +16,27 @@ from django.db.models import Q
 
 from runs import clock, kernel
 from runs.api_errors import ApplicationError
-from runs.canonical import GENESIS_HASH, arguments_hash, event_hash
+from runs.canonical import GENESIS_HASH, arguments_hash
 from runs.constants import (
     FINAL_STATUSES,
     RUN_TRANSITIONS,
-    STEP_TRANSITIONS,
     Effect,
     EnforcedBy,
+    EventType,
     Resolution,
     RunStatus,
+    StatusReason,
     StepState,
 )
-from runs.lock_objects import run_for_update
-from runs.models import BudgetPolicy, Event, Run, Step
+from runs.kernel import (
+    event_append,
+    run_move,
+    step_move,
+    transition,
+)
+from runs.models import BudgetPolicy, Run, Step
 from runs.recovery import key_state_lookup
 from runs.signals import run_resumable
-
-
-class InvalidTransition(Exception):
-    """A transition outside the tables in runs.constants: a bug, never a client error."""
-
-
-# --- the chain and the state machines -------------------------------------------------------
-
-
-def event_body(
-    *, run_id: UUID | str, seq: int, type: str, payload: Any, actor: str, at: datetime
-) -> dict:
-    """What an event's hash covers; `verify_journal` and offline verifiers rebuild exactly this."""
-    return {
-        "run": str(run_id),
-        "seq": seq,
-        "type": type,
-        "payload": payload,
-        "actor": actor,
-        "at": at.isoformat(),
-    }
-
-
-def _event_append(
-    run: Run, *, type: str, payload: dict[str, Any], actor: str, at: datetime
-) -> Event:
-    """Append to the run's chain. The caller holds the run lock and saves the run afterwards."""
-    seq = run.event_seq + 1
-    prev = run.event_head or GENESIS_HASH
-    body = event_body(run_id=run.pk, seq=seq, type=type, payload=payload, actor=actor, at=at)
-    digest = event_hash(prev_hash=prev, body=body)
-    event = Event.objects.create(
-        run=run,
-        seq=seq,
-        type=type,
-        payload=payload,
-        actor=actor,
-        at=at,
-        prev_hash=prev,
-        hash=digest,
-    )
-    run.event_seq = seq
-    run.event_head = digest
-    return event
-
-
-def _run_move(run: Run, to: str, *, reason: str = "") -> None:
-    if to not in RUN_TRANSITIONS[run.status]:
-        raise InvalidTransition(f"run {run.status} -> {to}")
-    run.status = to
-    run.status_reason = reason
-    if to in FINAL_STATUSES:
-        run.finished_at = clock.now()
-        run.lease_worker = None
-        run.lease_expires_at = None
-
-
-def _step_move(step: Step, to: str) -> None:
-    if to not in STEP_TRANSITIONS[step.state]:
-        raise InvalidTransition(f"step {step.state} -> {to}")
-    step.state = to
 
 
 def money(value: Decimal) -> str:
@@ -155,8 +100,8 @@ def _exceeded_limit(run: Run, *, now: datetime, next_step: bool) -> dict[str, An
 
 
 def _budget_exceed(run: Run, limit: dict[str, Any], *, actor: str, now: datetime) -> None:
-    _run_move(run, RunStatus.BUDGET_EXCEEDED, reason=limit["limit"])
-    _event_append(run, type="budget_exceeded", payload=limit, actor=actor, at=now)
+    run_move(run, RunStatus.BUDGET_EXCEEDED, reason=limit["limit"])
+    event_append(run, type=EventType.BUDGET_EXCEEDED, payload=limit, actor=actor, at=now)
     run.save()
 
 
@@ -229,9 +174,9 @@ def run_create(
                 event_head=GENESIS_HASH,
             )
             run.save(force_insert=True)
-            _event_append(
+            event_append(
                 run,
-                type="run_created",
+                type=EventType.RUN_CREATED,
                 payload={
                     "agent": agent,
                     "external_id": external_id,
@@ -270,39 +215,39 @@ def _recover_open_intents(run: Run, *, actor: str, now: datetime) -> list[Step]:
             "idempotency_key": step.idempotency_key,
         }
         if step.effect == Effect.READ or step.enforced_by == EnforcedBy.TOOL:
-            _step_move(step, StepState.INTERRUPTED)
-            event_type = "step_interrupted"
+            step_move(step, StepState.INTERRUPTED)
+            event_type = EventType.STEP_INTERRUPTED
         elif step.enforced_by == EnforcedBy.NOBODY:
-            _step_move(step, StepState.UNKNOWN)
-            event_type = "step_unknown"
+            step_move(step, StepState.UNKNOWN)
+            event_type = EventType.STEP_UNKNOWN
             payload["why"] = "the tool cannot tell whether it ran (enforced_by: nobody)"
         else:
             lookup = lookup or key_state_lookup()
             key_state = lookup(step.idempotency_key)
             payload["key_state"] = key_state.state
             if key_state.state == "completed":
-                _step_move(step, StepState.DONE)
+                step_move(step, StepState.DONE)
                 step.result = key_state.response
                 step.outcome_at = now
-                event_type = "reconciled"
+                event_type = EventType.RECONCILED
             elif key_state.state == "failed":
-                _step_move(step, StepState.ERROR)
+                step_move(step, StepState.ERROR)
                 step.result = key_state.response
                 step.outcome_at = now
-                event_type = "reconciled"
+                event_type = EventType.RECONCILED
             elif key_state.state == "absent" or not key_state.stale:
                 # absent: it never ran; fresh in_progress: a re-execution with the same key waits
                 # on the tool side's lock instead of running twice
-                _step_move(step, StepState.INTERRUPTED)
-                event_type = "step_interrupted"
+                step_move(step, StepState.INTERRUPTED)
+                event_type = EventType.STEP_INTERRUPTED
             else:
-                _step_move(step, StepState.UNKNOWN)
-                event_type = "step_unknown"
+                step_move(step, StepState.UNKNOWN)
+                event_type = EventType.STEP_UNKNOWN
                 payload["why"] = "the key is in progress with a stale lock: it may have been sent"
         if event_type == "reconciled":
             payload["result_hash"] = arguments_hash(step.result)  # binds the copied result
         step.save()
-        _event_append(run, type=event_type, payload=payload, actor=actor, at=now)
+        event_append(run, type=event_type, payload=payload, actor=actor, at=now)
         if step.state == StepState.UNKNOWN:
             unknown.append(step)
     return unknown
@@ -319,14 +264,14 @@ def _needs_review(
 ) -> None:
     """`fence`: a lease whose recovery ends here still moves the epoch, so the worker that lost
     the lease cannot write (or heartbeat) while a person reviews."""
-    _run_move(run, RunStatus.NEEDS_REVIEW, reason=reason)
+    run_move(run, RunStatus.NEEDS_REVIEW, reason=reason)
     run.lease_worker = None
     run.lease_expires_at = None
     if fence:
         run.epoch += 1
         details = {**details, "epoch": run.epoch}
-    _event_append(
-        run, type="needs_review", payload={"reason": reason, **details}, actor=actor, at=now
+    event_append(
+        run, type=EventType.NEEDS_REVIEW, payload={"reason": reason, **details}, actor=actor, at=now
     )
 
 
@@ -362,90 +307,56 @@ def run_lease_acquire(
 def _lease_with_recovery(
     *, run_id: UUID | str, worker: str, ttl_seconds: int, actor: str
 ) -> LeaseGrant:
-    """The lease after an expired or interrupted holder: the recovery rules, then the grant."""
-    refusal: ApplicationError | None = None
-    with transaction.atomic():
-        run = run_for_update(run_id)
-        now = clock.now()
-        refusal = _refusal_for_status(run)
-        lease_live = run.lease_expires_at is not None and run.lease_expires_at > now
+    """The lease after an expired or interrupted holder: the recovery rules, then the grant.
+
+    A recovery that ends in review or over budget is kept (with its new epoch) and refused.
+    """
+    with transition(run_id, actor=actor) as t:
+        run, now = t.run, t.now
+        status_refusal = _refusal_for_status(run)
+        if status_refusal is not None:
+            raise status_refusal
         if (
-            refusal is None
-            and run.status == RunStatus.RUNNING
+            run.status == RunStatus.RUNNING
             and run.lease_worker not in (None, worker)
-            and lease_live
+            and run.lease_expires_at is not None
+            and run.lease_expires_at > now
         ):
             raise ApplicationError(
                 "lease_held",
                 "Another worker holds the lease.",
                 details={
                     "worker": run.lease_worker,
-                    "expires_at": run.lease_expires_at.isoformat()
-                    if run.lease_expires_at
-                    else None,
+                    "expires_at": run.lease_expires_at.isoformat(),
                 },
             )
-        recovering = refusal is None and (
-            run.status == RunStatus.INTERRUPTED
-            or (run.status == RunStatus.RUNNING and run.lease_worker is not None)
+        recovering = run.status == RunStatus.INTERRUPTED or (
+            run.status == RunStatus.RUNNING and run.lease_worker is not None
         )
-        if refusal is None and recovering:
-            unknown = _recover_open_intents(run, actor=actor, now=now)
-            if unknown:
-                _needs_review(
-                    run,
-                    reason="unknown_step",
-                    actor=actor,
-                    now=now,
-                    details={"steps": [s.index for s in unknown]},
-                    fence=True,
-                )
-                run.save()
-                refusal = _refusal_for_status(run)
-            else:
-                run.used_recoveries += 1
-                if run.used_recoveries > run.limit_recoveries:
-                    _needs_review(
-                        run,
-                        reason="recoveries",
-                        actor=actor,
-                        now=now,
-                        details={
-                            "limit": "recoveries",
-                            "limit_value": run.limit_recoveries,
-                            "used": run.used_recoveries,
-                        },
-                        fence=True,
-                    )
-                    run.save()
-                    refusal = ApplicationError(
-                        "needs_review",
-                        "The run's recovery budget is spent; it waits for a supervisor.",
-                        details={
-                            "limit": "recoveries",
-                            "limit_value": run.limit_recoveries,
-                            "used": run.used_recoveries,
-                        },
-                    )
-        if refusal is None:
+        if recovering:
+            _recover_for_lease(t)
+        if t.refusal is None:
             limit = _exceeded_limit(run, now=now, next_step=False)
             if limit is not None:
                 _budget_exceed(run, limit, actor=actor, now=now)
-                refusal = ApplicationError(
-                    "budget_exceeded", f"The run's {limit['limit']} budget is spent.", details=limit
+                t.refuse(
+                    ApplicationError(
+                        "budget_exceeded",
+                        f"The run's {limit['limit']} budget is spent.",
+                        details=limit,
+                    )
                 )
-        if refusal is None:
+        if t.refusal is None:
             previous = run.lease_worker
-            _run_move(run, RunStatus.RUNNING, reason="")
+            run_move(run, RunStatus.RUNNING)
             run.epoch += 1
             run.leases_granted += 1
             run.lease_worker = worker
             run.lease_expires_at = now + timedelta(seconds=ttl_seconds)
             run.lease_ttl_seconds = ttl_seconds
-            _event_append(
-                run,
-                type="lease_acquired",
-                payload={
+            t.event(
+                EventType.LEASE_ACQUIRED,
+                {
                     "worker": worker,
                     "epoch": run.epoch,
                     "expires_at": run.lease_expires_at.isoformat(),
@@ -453,20 +364,56 @@ def _lease_with_recovery(
                     "previous_worker": previous,
                     "replayable_steps": run.step_count,
                 },
-                actor=actor,
-                at=now,
             )
-            run.save()
-            journal = list(Step.objects.filter(run=run).order_by("index"))
-            return LeaseGrant(
-                run=run,
-                epoch=run.epoch,
-                expires_at=run.lease_expires_at,
-                journal=journal,
-                recovered=recovering,
+    # reached only when nothing was refused (transition() raises the refusal after committing)
+    assert run.lease_expires_at is not None
+    return LeaseGrant(
+        run=run,
+        epoch=run.epoch,
+        expires_at=run.lease_expires_at,
+        journal=list(Step.objects.filter(run=run).order_by("index")),
+        recovered=recovering,
+    )
+
+
+def _recover_for_lease(t: kernel.Transition) -> None:
+    """The recovery rules for a new lease, and one recovery of budget; review when either says so."""
+    run = t.run
+    unknown = _recover_open_intents(run, actor=t.actor, now=t.now)
+    if unknown:
+        _needs_review(
+            run,
+            reason=StatusReason.UNKNOWN_STEP,
+            actor=t.actor,
+            now=t.now,
+            details={"steps": [s.index for s in unknown]},
+            fence=True,
+        )
+        t.refuse(
+            ApplicationError(
+                "needs_review",
+                "The run waits for a supervisor's review.",
+                details={"reason": run.status_reason},
             )
-    assert refusal is not None
-    raise refusal
+        )
+        return
+    run.used_recoveries += 1
+    if run.used_recoveries > run.limit_recoveries:
+        spent = {
+            "limit": "recoveries",
+            "limit_value": run.limit_recoveries,
+            "used": run.used_recoveries,
+        }
+        _needs_review(
+            run, reason=StatusReason.RECOVERIES, actor=t.actor, now=t.now, details=spent, fence=True
+        )
+        t.refuse(
+            ApplicationError(
+                "needs_review",
+                "The run's recovery budget is spent; it waits for a supervisor.",
+                details=spent,
+            )
+        )
 
 
 def run_heartbeat(*, run_id: UUID | str, epoch: int) -> kernel.HeartbeatAnswer:
@@ -558,11 +505,17 @@ def step_outcome_record(
     return OutcomeResult(step=answer.step, run=answer.run, budget_refusal=answer.budget_refusal)
 
 
+FINISH_EVENTS = {
+    RunStatus.COMPLETED: EventType.RUN_COMPLETED,
+    RunStatus.FAILED: EventType.RUN_FAILED,
+}
+
+
 def _run_finish(
-    *, run_id: UUID | str, epoch: int, to: str, field: str, value: Any, actor: str
+    *, run_id: UUID | str, epoch: int, to: RunStatus, field: str, value: Any, actor: str
 ) -> Run:
-    with transaction.atomic():
-        run = run_for_update(run_id)
+    with transition(run_id, actor=actor) as t:
+        run = t.run
         _check_epoch(run, epoch)
         if run.status == to and getattr(run, field) == value:
             return run
@@ -575,9 +528,8 @@ def _run_finish(
             raise refusal
         now = clock.now()
         setattr(run, field, value)
-        _run_move(run, to)
-        _event_append(run, type=f"run_{to}", payload={field: value}, actor=actor, at=now)
-        run.save()
+        run_move(run, to)
+        event_append(run, type=FINISH_EVENTS[to], payload={field: value}, actor=actor, at=now)
         return run
 
 
@@ -616,9 +568,9 @@ def run_lease_expire(*, run_id: UUID | str, actor: str = "system:reaper") -> Run
         lost_worker = run.lease_worker
         unknown = _recover_open_intents(run, actor=actor, now=now)
         run.epoch += 1
-        _event_append(
+        event_append(
             run,
-            type="lease_expired",
+            type=EventType.LEASE_EXPIRED,
             payload={"worker": lost_worker, "at_step": run.step_count, "epoch": run.epoch},
             actor=actor,
             at=now,
@@ -626,13 +578,13 @@ def run_lease_expire(*, run_id: UUID | str, actor: str = "system:reaper") -> Run
         if unknown:
             _needs_review(
                 run,
-                reason="unknown_step",
+                reason=StatusReason.UNKNOWN_STEP,
                 actor=actor,
                 now=now,
                 details={"steps": [s.index for s in unknown]},
             )
         else:
-            _run_move(run, RunStatus.INTERRUPTED, reason="lease_expired")
+            run_move(run, RunStatus.INTERRUPTED, reason=StatusReason.LEASE_EXPIRED)
             run.lease_worker = None
             run.lease_expires_at = None
         run.save()
@@ -723,18 +675,24 @@ def runs_enforce_deadlines(*, limit: int = 500) -> int:
 # --- human decisions ------------------------------------------------------------------------
 
 
-def _resume_after_review(run: Run, *, actor: str, now: datetime, why: str) -> None:
+def _resume_after_review(
+    run: Run, *, actor: str, now: datetime, why: StatusReason, note: str | None = None
+) -> None:
     """needs_review → running without a lease; the next lease is not a recovery.
 
     The epoch moves on: whoever held the run before the decision is fenced off, so a retry the
     supervisor approved runs once, under the next lease.
     """
-    _run_move(run, RunStatus.RUNNING, reason=why)
+    run_move(run, RunStatus.RUNNING, reason=why)
     run.lease_worker = None
     run.lease_expires_at = None
     run.epoch += 1
-    _event_append(
-        run, type="run_resumed", payload={"why": why, "epoch": run.epoch}, actor=actor, at=now
+    event_append(
+        run,
+        type=EventType.RUN_RESUMED,
+        payload={"why": why, "epoch": run.epoch, **({"note": note} if note else {})},
+        actor=actor,
+        at=now,
     )
     transaction.on_commit(
         lambda: run_resumable.send(sender=Run, run_id=run.pk, agent=run.agent, reason=why)
@@ -762,8 +720,8 @@ def step_resolve(
             status_code=400,
             details={"action": [f"One of {Resolution.values}."]},
         )
-    with transaction.atomic():
-        run = run_for_update(run_id)
+    with transition(run_id, actor=f"user:{by}") as t:
+        run = t.run
         step = Step.objects.select_for_update().filter(run=run, index=index).first()
         if step is None:
             raise ApplicationError(
@@ -789,13 +747,13 @@ def step_resolve(
             )
         now = clock.now()
         if action == Resolution.SENT:
-            _step_move(step, StepState.DONE)
+            step_move(step, StepState.DONE)
             step.result = result if result is not None else {"resolved_as": "sent"}
             step.outcome_at = now
         elif action == Resolution.RETRY:
-            _step_move(step, StepState.INTERRUPTED)
+            step_move(step, StepState.INTERRUPTED)
         else:
-            _step_move(step, StepState.ABANDONED)
+            step_move(step, StepState.ABANDONED)
             step.outcome_at = now
         step.resolution_action = action
         step.resolution_by = by
@@ -804,9 +762,9 @@ def step_resolve(
         step.claimed_by = None
         step.claim_expires_at = None
         step.save()
-        _event_append(
+        event_append(
             run,
-            type="step_resolved",
+            type=EventType.STEP_RESOLVED,
             payload={
                 "index": index,
                 "action": action,
@@ -819,10 +777,10 @@ def step_resolve(
         )
         if action == Resolution.ABANDON:
             if RunStatus.ABANDONED in RUN_TRANSITIONS[run.status]:
-                _run_move(run, RunStatus.ABANDONED, reason="step_abandoned")
-                _event_append(
+                run_move(run, RunStatus.ABANDONED, reason=StatusReason.STEP_ABANDONED)
+                event_append(
                     run,
-                    type="run_abandoned",
+                    type=EventType.RUN_ABANDONED,
                     payload={"index": index, "note": step.resolution_note},
                     actor=f"user:{by}",
                     at=now,
@@ -831,8 +789,7 @@ def step_resolve(
             run.status == RunStatus.NEEDS_REVIEW
             and not Step.objects.filter(run=run, state=StepState.UNKNOWN).exists()
         ):
-            _resume_after_review(run, actor=f"user:{by}", now=now, why="resolved")
-        run.save()
+            _resume_after_review(run, actor=f"user:{by}", now=now, why=StatusReason.RESOLVED)
         return step
 
 
@@ -845,18 +802,18 @@ def run_review_decide(*, run_id: UUID | str, action: str, note: str, by: str) ->
             status_code=400,
             details={"note": ["Required."]},
         )
-    with transaction.atomic():
-        run = run_for_update(run_id)
+    with transition(run_id, actor=f"user:{by}") as t:
+        run = t.run
         if run.status != RunStatus.NEEDS_REVIEW:
             raise ApplicationError(
                 "not_in_review", f"The run is {run.status}.", details={"status": run.status}
             )
         now = clock.now()
         if action == Resolution.ABANDON:
-            _run_move(run, RunStatus.ABANDONED, reason="abandoned_in_review")
-            _event_append(
+            run_move(run, RunStatus.ABANDONED, reason=StatusReason.ABANDONED_IN_REVIEW)
+            event_append(
                 run,
-                type="run_abandoned",
+                type=EventType.RUN_ABANDONED,
                 payload={"note": note.strip()},
                 actor=f"user:{by}",
                 at=now,
@@ -866,7 +823,9 @@ def run_review_decide(*, run_id: UUID | str, action: str, note: str, by: str) ->
                 raise ApplicationError("unknown_steps", "Resolve the run's unknown steps first.")
             if run.used_recoveries >= run.limit_recoveries:
                 run.limit_recoveries = run.used_recoveries + 1
-            _resume_after_review(run, actor=f"user:{by}", now=now, why=f"resumed: {note.strip()}")
+            _resume_after_review(
+                run, actor=f"user:{by}", now=now, why=StatusReason.RESUMED, note=note.strip()
+            )
         else:
             raise ApplicationError(
                 "validation_error",
@@ -874,7 +833,6 @@ def run_review_decide(*, run_id: UUID | str, action: str, note: str, by: str) ->
                 status_code=400,
                 details={"action": ["resume or abandon"]},
             )
-        run.save()
         return run
 
 
@@ -897,8 +855,8 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
         "wall_seconds": "limit_wall_seconds",
         "recoveries": "limit_recoveries",
     }
-    with transaction.atomic():
-        run = run_for_update(run_id)
+    with transition(run_id, actor=f"user:{by}") as t:
+        run = t.run
         if run.status in FINAL_STATUSES:
             raise ApplicationError("run_finished", f"The run is {run.status}.")
         changes: dict[str, Any] = {}
@@ -929,9 +887,9 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
         now = clock.now()
         if "wall_seconds" in changes:
             run.deadline = run.created_at + timedelta(seconds=run.limit_wall_seconds)
-        _event_append(
+        event_append(
             run,
-            type="limits_raised",
+            type=EventType.LIMITS_RAISED,
             payload={"changes": changes, "note": note.strip(), "by": by},
             actor=f"user:{by}",
             at=now,
@@ -941,9 +899,8 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
             and _exceeded_limit(run, now=now, next_step=True) is None
         ) or (
             run.status == RunStatus.NEEDS_REVIEW
-            and run.status_reason == "recoveries"
+            and run.status_reason == StatusReason.RECOVERIES
             and run.used_recoveries <= run.limit_recoveries
         ):
-            _resume_after_review(run, actor=f"user:{by}", now=now, why="limits_raised")
-        run.save()
+            _resume_after_review(run, actor=f"user:{by}", now=now, why=StatusReason.LIMITS_RAISED)
         return run

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from runs import services
+from runs import kernel, services
 from runs.constants import RUN_TRANSITIONS, STEP_TRANSITIONS, RunStatus, StepState
 from runs.models import Run, Step
 
@@ -14,11 +14,11 @@ from runs.models import Run, Step
 def test_a_run_moves_only_along_the_table(source: str, target: str) -> None:
     run = Run(status=source)
     if target in RUN_TRANSITIONS[source]:
-        services._run_move(run, target)
+        kernel.run_move(run, target)
         assert run.status == target
     else:
-        with pytest.raises(services.InvalidTransition):
-            services._run_move(run, target)
+        with pytest.raises(kernel.InvalidTransition):
+            kernel.run_move(run, target)
         assert run.status == source
 
 
@@ -26,11 +26,11 @@ def test_a_run_moves_only_along_the_table(source: str, target: str) -> None:
 def test_a_step_moves_only_along_the_table(source: str, target: str) -> None:
     step = Step(state=source)
     if target in STEP_TRANSITIONS[source]:
-        services._step_move(step, target)
+        kernel.step_move(step, target)
         assert step.state == target
     else:
-        with pytest.raises(services.InvalidTransition):
-            services._step_move(step, target)
+        with pytest.raises(kernel.InvalidTransition):
+            kernel.step_move(step, target)
 
 
 def test_every_state_has_a_row_in_its_table() -> None:
