@@ -4,6 +4,8 @@ Token lookups are cached for a second, so after the first call of a worker its i
 read step, heartbeat and first lease are each exactly one statement: the journal kernel.
 """
 
+import io
+import json
 from typing import Any
 
 import httpx
@@ -13,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from runs.chain import run_chain_breaks
+from runs.hotpath import HotPathWSGI
 from runs.models import Event, Run, Step
 from tests.runs.journal_client import JournalClient
 
@@ -133,3 +136,44 @@ def test_a_revoked_token_is_refused_by_the_process_that_revoked_it_at_once(
     worker_token_revoke(token_id=WorkerToken.objects.get(token_hash=hash_token(worker_token)).pk)
 
     assert journal.lease(run_id).status_code == 401
+
+
+def test_after_a_django_request_the_wsgi_door_sends_no_health_check_before_its_statement(
+    api: APIClient, worker_token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Django arms its SELECT 1 health check at the end of every request; the door's own socket
+    check replaces it, so the first hot call after a create is still one statement."""
+    journal = JournalClient(api)
+    run_id = journal.create()["id"]
+    body = json.dumps({"worker": "w-1"}).encode()
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": f"/api/v1/runs/{run_id}/lease",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_AUTHORIZATION": f"Bearer {worker_token}",
+        "wsgi.input": io.BytesIO(body),
+    }
+    answered: list[str] = []
+
+    def django_app(*_: Any) -> list[bytes]:  # the door must not need Django for this call
+        raise AssertionError("declined to Django")
+
+    door = HotPathWSGI(django_app)
+    health_checks: list[bool] = []
+    real_is_usable = connection.is_usable
+
+    def is_usable() -> bool:  # observed, not replaced: Django's SELECT 1 bypasses query capture
+        health_checks.append(True)
+        return real_is_usable()
+
+    monkeypatch.setattr(connection, "is_usable", is_usable)
+    connection.health_check_enabled = True  # type: ignore[attr-defined]
+    connection.health_check_done = False  # type: ignore[attr-defined]  # as a request leaves it
+
+    chunks, sql = statements(lambda: door(environ, lambda status, _: answered.append(status)))
+
+    assert answered == ["200 OK"]
+    assert json.loads(b"".join(chunks))["epoch"] == 1
+    assert len(sql) == 1 and "ledger_lease" in sql[0]
+    assert health_checks == []
