@@ -44,6 +44,19 @@ def findings(results: Results) -> str:
             "the ledger pays an HTTP request per call (a write step is two: intent before the "
             "tool runs, outcome after) on top of the same fsync."
         )
+    k_write = _p50(results, "journal kernel in-process write step (2 statements) 100B")
+    k_read = _p50(results, "journal kernel in-process read step (1 statement) 100B")
+    if write and read and k_write and k_read:
+        hop = (write - k_write) / 2
+        lines.append(
+            f"- **Where the time goes.** The same kernel statements called in-process (no HTTP): "
+            f"write step {k_write:.2f} ms, read step {k_read:.2f} ms"
+            + (f" ({k_write / dbos:.2f}× and {k_read / dbos:.2f}× a DBOS step)" if dbos else "")
+            + f". Over HTTP each call adds about {hop:.2f} ms (write) and {read - k_read:.2f} ms "
+            "(read): the client's request, the socket and the WSGI server, on the same two cores "
+            "as the client and PostgreSQL. The journal itself (lock, checks, step, events with "
+            "their hash, counters, one commit per call) is the in-process figure."
+        )
     sql: dict[str, Any] = results.extra.get("sql_per_call", {})
     if sql:
         trips = ", ".join(f"{name} {v['round_trips']}" for name, v in sql.items())

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -92,6 +95,18 @@ def run(ctx: Ctx, base_url: str) -> None:
         driver.close()
 
     for label, nbytes in sizes.items():
+        ctx.log(f"per-step: journal kernel in-process (no HTTP), {label}")
+        try:
+            inproc = _kernel_inprocess(nbytes, runs, reps)
+        except Exception as exc:
+            res.note("step", f"- the in-process kernel figure {label} could not run: {exc}")
+            continue
+        for key, title in KERNEL_INPROCESS.items():
+            fig = res.add(Figure(f"{title} {label}", "ms", baseline=f"DBOS step {label}"))
+            for rep in inproc[key]:
+                fig.add_rep(rep)
+
+    for label, nbytes in sizes.items():
         for which, title in (
             ("raw_insert", "raw fsync'd INSERT"),
             ("plain", "no ledger (plain function call)"),
@@ -142,6 +157,29 @@ def run(ctx: Ctx, base_url: str) -> None:
     _ratio_targets(ctx, sizes)
     _compare(ctx, sizes)
     _sql_counts(ctx)
+
+
+KERNEL_INPROCESS = {
+    "write": "journal kernel in-process write step (2 statements)",
+    "read": "journal kernel in-process read step (1 statement)",
+}
+
+
+def _kernel_inprocess(size: int, runs: int, reps: int) -> dict[str, Any]:
+    """bench.kernel_inprocess in the served tree: the kernel's statements without HTTP."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.kernel_inprocess", "--size", str(size), "--runs", str(runs),
+         "--reps", str(reps)],
+        cwd=stack.tree(),
+        env=stack.project_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(proc.stderr[-2000:])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 # The journal kernel issue's targets: p50 per step as a multiple of a DBOS step measured in the
