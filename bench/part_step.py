@@ -237,8 +237,9 @@ def _compare(ctx: Ctx, sizes: dict[str, int]) -> None:
     ctx.results.note(
         "step",
         "Per step, p50, same invocation, same PostgreSQL. The ledger goes through real HTTP "
-        "(httpx → gunicorn → Django/DRF → PostgreSQL) from a separate client process; DBOS and "
-        "LangGraph run in-process (their per-step time is the gap between consecutive step "
+        "(httpx → gunicorn → the lean path → one journal-kernel statement per call) from a "
+        "separate client process; the in-process kernel figures call the same statements without "
+        "HTTP; DBOS and LangGraph run in-process (their per-step time is the gap between consecutive step "
         "starts inside one 20-step workflow/graph).\n\n" + "\n".join(rows),
     )
 
