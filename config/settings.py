@@ -95,6 +95,16 @@ DATABASES = {
     "default": dj_database_url.parse(DATABASE_URL, conn_max_age=600, conn_health_checks=True)
 }
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME", "test_agentledger")}
+# Behind PgBouncer in transaction pooling mode (DATABASE_POOLER=pgbouncer) a client's statements
+# may run on different server connections, so nothing may live in a session: no server-side
+# cursors (a WITH HOLD cursor outlives its transaction); everything else the ledger does is
+# transaction-scoped already (one statement per hot call, SET LOCAL, xact advisory locks) and no
+# statement is prepared server-side (psycopg binds on the client). See README, "Scale".
+DATABASE_POOLER = os.environ.get("DATABASE_POOLER", "")
+if DATABASE_POOLER not in ("", "pgbouncer"):
+    raise ImproperlyConfigured("DATABASE_POOLER is 'pgbouncer' or unset.")
+if DATABASE_POOLER == "pgbouncer":
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
