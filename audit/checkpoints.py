@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from audit import merkle
 from audit.models import ChainAlert, Checkpoint, CheckpointLeaf
@@ -58,14 +58,15 @@ class CheckpointResult:
     alert: ChainAlert | None = None
 
 
-def repeatable_read() -> None:
+def repeatable_read(using: str = "default") -> None:
     """One snapshot for the whole transaction: chains, heads and leaves agree with each other.
 
     Only possible as the transaction's first statement; inside an outer atomic block (tests) the
     caller already sees one consistent state and nothing is changed.
     """
-    if connection.in_atomic_block and len(connection.savepoint_ids) == 0:
-        with connection.cursor() as cursor:
+    conn = connections[using]
+    if conn.in_atomic_block and len(conn.savepoint_ids) == 0:
+        with conn.cursor() as cursor:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
 

@@ -23,7 +23,7 @@ from uuid import UUID
 import orjson
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, transaction
+from django.db import connections, transaction
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
@@ -31,6 +31,7 @@ from audit.checkpoints import repeatable_read
 from audit.models import Checkpoint, CheckpointLeaf, ExportFormat, ExportJob, ExportStatus
 from audit.signing import sign, signing_key_id
 from audit.verify import FORMAT, VERSION
+from config.routers import read_alias, replica_reads
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.canonical import GENESIS_HASH
@@ -199,6 +200,7 @@ class _Batch:
 def _batches(
     runs: QuerySet[Run],
     *,
+    alias: str,
     upto_checkpoint: int,
     with_events: bool,
     json_column: Callable[[str | None], Any] = _raw_json,
@@ -217,12 +219,13 @@ def _batches(
     event_fields = ["payload_text" if f == "payload" else f for f in EVENT_FIELDS]
     after: datetime | None = None
     while True:
-        with transaction.atomic():
-            repeatable_read()
-            with connection.cursor() as cursor:
+        with transaction.atomic(using=alias):
+            repeatable_read(using=alias)
+            with connections[alias].cursor() as cursor:
                 # short indexed reads: JIT compilation costs more than it saves (measured: 80 ms
                 # of a 110 ms batch query when the planner overestimates the rows)
                 cursor.execute("SET LOCAL jit = off")
+            runs = runs.using(alias)
             page = runs.filter(created_at__gt=after) if after is not None else runs
             batch_runs = list(page.order_by("created_at")[:BATCH])
             if not batch_runs:
@@ -235,7 +238,8 @@ def _batches(
             ids = [r.pk for r in batch_runs]
             steps: dict[UUID, list[StepRow]] = defaultdict(list)
             for row in (
-                Step.objects.filter(run_id__in=ids)
+                Step.objects.using(alias)
+                .filter(run_id__in=ids)
                 .annotate(arguments_text=_as_text("arguments"), result_text=_as_text("result"))
                 .order_by("run_id", "index")
                 .values_list(*step_fields)
@@ -250,7 +254,8 @@ def _batches(
             leaves: dict[UUID, CheckpointLeaf] = {}
             if with_events:
                 for row in (
-                    Event.objects.filter(run_id__in=ids)
+                    Event.objects.using(alias)
+                    .filter(run_id__in=ids)
                     .annotate(payload_text=_as_text("payload"))
                     .order_by("run_id", "seq")
                     .values_list(*event_fields)
@@ -258,9 +263,8 @@ def _batches(
                     event = EventRow(*row)
                     events[event.run_id].append(event._replace(payload=json_column(event.payload)))
                 for leaf in (
-                    CheckpointLeaf.objects.filter(
-                        run_id__in=ids, checkpoint__seq__lte=upto_checkpoint
-                    )
+                    CheckpointLeaf.objects.using(alias)
+                    .filter(run_id__in=ids, checkpoint__seq__lte=upto_checkpoint)
                     .select_related("checkpoint")
                     .order_by("run_id", "-event_seq")
                     .distinct("run_id")
@@ -270,10 +274,10 @@ def _batches(
         yield _Batch(batch_runs, steps, events, leaves)
 
 
-def _first_checkpoint_needed(runs: QuerySet[Run], upto: int) -> int | None:
+def _first_checkpoint_needed(runs: QuerySet[Run], upto: int, alias: str) -> int | None:
     """The oldest checkpoint any of these runs' latest signed head lives in."""
     sql, params = runs.values("pk").query.sql_with_params()
-    with connection.cursor() as cursor:
+    with connections[alias].cursor() as cursor:
         cursor.execute(
             f"""
             SELECT MIN(latest) FROM (
@@ -318,11 +322,17 @@ def _run_record(run: Run, batch: _Batch) -> dict[str, Any]:
     }
 
 
-def export_jsonl(*, filters: ExportFilters, progress: Progress | None = None) -> Iterator[bytes]:
-    """The JSONL export, line by line (each ends with a newline), ending in a signed trailer."""
+def export_jsonl(
+    *, filters: ExportFilters, progress: Progress | None = None, alias: str = "default"
+) -> Iterator[bytes]:
+    """The JSONL export, line by line (each ends with a newline), ending in a signed trailer.
+
+    `alias`: where to read (config.routers.read_alias() of whoever asked: a replica for the
+    dashboard and the export job when one is configured).
+    """
     started = clock.now()
-    runs = filters.queryset().filter(created_at__lte=started)
-    latest = Checkpoint.objects.order_by("-seq").first()
+    runs = filters.queryset().using(alias).filter(created_at__lte=started)
+    latest = Checkpoint.objects.using(alias).order_by("-seq").first()
     upto = latest.seq if latest else 0
     key_id = signing_key_id()
     n = 0
@@ -348,10 +358,12 @@ def export_jsonl(*, filters: ExportFilters, progress: Progress | None = None) ->
             "checkpoint": upto or None,
         }
     )
-    first = _first_checkpoint_needed(runs, upto) if upto else None
+    first = _first_checkpoint_needed(runs, upto, alias) if upto else None
     checkpoints = 0
     if first is not None:
-        for checkpoint in Checkpoint.objects.filter(seq__gte=first, seq__lte=upto).order_by("seq"):
+        for checkpoint in (
+            Checkpoint.objects.using(alias).filter(seq__gte=first, seq__lte=upto).order_by("seq")
+        ):
             checkpoints += 1
             yield line(
                 {
@@ -362,7 +374,7 @@ def export_jsonl(*, filters: ExportFilters, progress: Progress | None = None) ->
                 }
             )
     count = 0
-    for batch in _batches(runs, upto_checkpoint=upto, with_events=True):
+    for batch in _batches(runs, alias=alias, upto_checkpoint=upto, with_events=True):
         chunk = b"".join(line({"kind": "run", **_run_record(run, batch)}) for run in batch.runs)
         count += len(batch.runs)
         yield chunk
@@ -418,10 +430,12 @@ def _keep(text: str | None) -> str | None:
     return text
 
 
-def export_csv(*, filters: ExportFilters, progress: Progress | None = None) -> Iterator[bytes]:
+def export_csv(
+    *, filters: ExportFilters, progress: Progress | None = None, alias: str = "default"
+) -> Iterator[bytes]:
     """One step per row (a run without steps gets one row with empty step columns)."""
     started = clock.now()
-    runs = filters.queryset().filter(created_at__lte=started)
+    runs = filters.queryset().using(alias).filter(created_at__lte=started)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)
@@ -437,7 +451,9 @@ def export_csv(*, filters: ExportFilters, progress: Progress | None = None) -> I
         return data
 
     yield flush()
-    for batch in _batches(runs, upto_checkpoint=0, with_events=False, json_column=_keep):
+    for batch in _batches(
+        runs, alias=alias, upto_checkpoint=0, with_events=False, json_column=_keep
+    ):
         for run in batch.runs:
             run_cells = [
                 run.pk, run.agent, run.external_id, run.status, run.created_at,
@@ -456,10 +472,12 @@ def export_csv(*, filters: ExportFilters, progress: Progress | None = None) -> I
 def export_stream(
     *, filters: ExportFilters, format: str, progress: Progress | None = None
 ) -> Iterator[bytes]:
+    """The export's lines; the database to read is chosen now, not when streaming starts."""
+    alias = read_alias()
     if format == ExportFormat.JSONL:
-        return export_jsonl(filters=filters, progress=progress)
+        return export_jsonl(filters=filters, progress=progress, alias=alias)
     if format == ExportFormat.CSV:
-        return export_csv(filters=filters, progress=progress)
+        return export_csv(filters=filters, progress=progress, alias=alias)
     raise ApplicationError(
         "validation_error",
         "Unknown format.",
@@ -527,7 +545,7 @@ def export_job_run(*, job_id: UUID | str) -> ExportJob | None:
         ExportJob.objects.filter(pk=job.pk).update(done_runs=runs, bytes_written=written)
 
     try:
-        with partial.open("wb") as handle:
+        with partial.open("wb") as handle, replica_reads():
             for chunk in export_stream(
                 filters=_filters_from_job(job), format=job.format, progress=progress
             ):

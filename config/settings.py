@@ -62,6 +62,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.routers.ReplicaReadsMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -81,6 +82,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
+                "review.context_processors.replica_lag",
             ],
         },
     },
@@ -105,6 +107,18 @@ if DATABASE_POOLER not in ("", "pgbouncer"):
     raise ImproperlyConfigured("DATABASE_POOLER is 'pgbouncer' or unset.")
 if DATABASE_POOLER == "pgbouncer":
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+# A hot standby for what only shows things (dashboard pages, exports): config/routers.py.
+DATABASE_REPLICA_URL = os.environ.get("DATABASE_REPLICA_URL", "")
+if DATABASE_REPLICA_URL:
+    DATABASES["replica"] = dj_database_url.parse(
+        DATABASE_REPLICA_URL, conn_max_age=600, conn_health_checks=True
+    )
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+    if DATABASE_POOLER == "pgbouncer":
+        DATABASES["replica"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+DATABASE_ROUTERS = ["config.routers.ReplicaRouter"]
+# pages read from the replica say so when it is further behind than this
+LEDGER_REPLICA_LAG_WARN_SECONDS = float(os.environ.get("LEDGER_REPLICA_LAG_WARN_SECONDS", "5"))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -8,7 +8,6 @@ chain through the pooler.
 """
 
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -29,6 +28,7 @@ from runs.models import Run, Step
 from runs.tokens import worker_token_create
 from tests.conftest import ROOT, free_port, gunicorn_server, stop_process
 from tests.review.factories import user_in
+from tests.scale.helpers import log_in
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 pytestmark = [
@@ -172,17 +172,7 @@ def test_recovery_the_dashboard_and_verify_journal_work_through_the_pooler(
     supervisor.set_password("correct horse battery")
     supervisor.save()
     with httpx.Client(base_url=pooled_server, follow_redirects=True) as browser:
-        login_page = browser.get("/login/")
-        assert login_page.status_code == 200
-        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login_page.text)
-        assert csrf is not None
-        logged_in = browser.post(
-            "/login/",
-            data={"username": "sam", "password": "correct horse battery",
-                  "csrfmiddlewaretoken": csrf.group(1)},
-            headers={"Referer": f"{pooled_server}/login/"},
-        )  # fmt: skip
-        assert logged_in.status_code == 200
+        log_in(browser, pooled_server, "sam", "correct horse battery")
         for page in ("/", "/queue/", f"/runs/{run_id}/"):
             response = browser.get(page)
             assert response.status_code == 200, (page, response.text[:300])

@@ -1,0 +1,44 @@
+"""What every dashboard page may need to say: how far behind the replica it was read from is."""
+
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connections
+from django.http import HttpRequest
+
+from config.routers import REPLICA, read_alias
+
+_LAG_SQL = """
+SELECT CASE
+    WHEN NOT pg_is_in_recovery() THEN 0
+    WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+    ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0)
+END
+"""
+_cache: dict[str, tuple[float, float | None]] = {}  # "lag" -> (monotonic time read, seconds)
+
+
+def replica_lag_seconds() -> float | None:
+    """Seconds the replica's replay is behind what it has received; read at most every 2 s."""
+    read_at, lag = _cache.get("lag", (0.0, None))
+    if time.monotonic() - read_at < 2:
+        return lag
+    try:
+        with connections[REPLICA].cursor() as cursor:
+            cursor.execute(_LAG_SQL)
+            row = cursor.fetchone()
+        lag = float(row[0]) if row and row[0] is not None else None
+    except DatabaseError:
+        lag = None
+    _cache["lag"] = (time.monotonic(), lag)
+    return lag
+
+
+def replica_lag(request: HttpRequest) -> dict[str, Any]:
+    if read_alias() != REPLICA:
+        return {}
+    lag = replica_lag_seconds()
+    if lag is None or lag <= settings.LEDGER_REPLICA_LAG_WARN_SECONDS:
+        return {}
+    return {"replica_lag": round(lag)}
