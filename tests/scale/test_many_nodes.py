@@ -1,0 +1,91 @@
+"""Two web nodes serve one ledger: a worker may spread its calls over both, and a token revoked
+through one process is refused by every node once their one-second token cache has turned over.
+"""
+
+import itertools
+import time
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings
+
+from runs.authentication import hash_token
+from runs.chain import run_chain_breaks
+from runs.models import Run, WorkerToken
+from runs.tokens import worker_token_create, worker_token_revoke
+from tests.conftest import gunicorn_server
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_worker_spreading_its_calls_over_two_web_nodes_journals_one_clean_run(
+    transactional_db: Any,
+) -> None:
+    _, token = worker_token_create(name="spread")
+    headers = {"Authorization": f"Bearer {token}"}
+    with (
+        gunicorn_server(workers=1, threads=2, log_name="node-a") as node_a,
+        gunicorn_server(workers=1, threads=2, log_name="node-b") as node_b,
+        httpx.Client(base_url=node_a, headers=headers) as a,
+        httpx.Client(base_url=node_b, headers=headers) as b,
+    ):
+        nodes = itertools.cycle([a, b])
+        run_id = next(nodes).post("/api/v1/runs/", json={"agent": "spread"}).json()["id"]
+        epoch = (
+            next(nodes).post(f"/api/v1/runs/{run_id}/lease", json={"worker": "w"}).json()["epoch"]
+        )
+        for i in range(10):
+            intent = next(nodes).post(
+                f"/api/v1/runs/{run_id}/steps/",
+                json={"epoch": epoch, "index": i, "kind": "tool", "name": "t", "effect": "write",
+                      "enforced_by": "ledger", "arguments": {"i": i}},
+            )  # fmt: skip
+            assert intent.status_code == 201, intent.text
+            outcome = next(nodes).post(
+                f"/api/v1/runs/{run_id}/steps/{i}/outcome",
+                json={"epoch": epoch, "status": "ok", "result": {"i": i}},
+            )
+            assert outcome.status_code == 200, outcome.text
+        # a replay on the other node answers what the first recorded
+        replay = next(nodes).post(
+            f"/api/v1/runs/{run_id}/steps/",
+            json={"epoch": epoch, "index": 3, "kind": "tool", "name": "t", "effect": "write",
+                  "enforced_by": "ledger", "arguments": {"i": 3}},
+        )  # fmt: skip
+        assert replay.status_code == 200 and replay.json()["result"] == {"i": 3}
+        done = next(nodes).post(f"/api/v1/runs/{run_id}/complete", json={"epoch": epoch})
+        assert done.status_code == 200
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.step_count, run.used_steps) == ("completed", 10, 10)
+    assert run_chain_breaks(run) == []
+
+
+def test_a_revoked_token_is_refused_by_every_node_after_the_token_cache_turns_over(
+    transactional_db: Any,
+) -> None:
+    _, token = worker_token_create(name="leaving")
+    headers = {"Authorization": f"Bearer {token}"}
+    with (
+        gunicorn_server(workers=2, threads=2, log_name="node-a") as node_a,
+        gunicorn_server(workers=2, threads=2, log_name="node-b") as node_b,
+        httpx.Client(base_url=node_a, headers=headers) as a,
+        httpx.Client(base_url=node_b, headers=headers) as b,
+    ):
+        run_id = a.post("/api/v1/runs/", json={"agent": "leaving"}).json()["id"]
+        # every worker process of both nodes reads and caches the token
+        for _ in range(8):
+            for node in (a, b):
+                beat = node.post(f"/api/v1/runs/{run_id}/heartbeat", json={"epoch": 0})
+                assert beat.status_code == 200, beat.text
+
+        worker_token_revoke(token_id=WorkerToken.objects.get(token_hash=hash_token(token)).pk)
+        time.sleep(settings.LEDGER_TOKEN_CACHE_SECONDS + 0.1)
+
+        for _ in range(4):  # reaches each worker process of each node
+            for node in (a, b):
+                refused = node.post(f"/api/v1/runs/{run_id}/heartbeat", json={"epoch": 0})
+                assert refused.status_code == 401, (str(node.base_url), refused.text)
+                lease = node.post(f"/api/v1/runs/{run_id}/lease", json={"worker": "w"})
+                assert lease.status_code == 401
+    assert Run.objects.get(pk=run_id).epoch == 0  # nothing was written after the revocation
