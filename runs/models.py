@@ -87,8 +87,19 @@ class Run(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    # a fork's first `forked_from_index` steps are copies of this run's (runs.services.run_fork)
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="forks"
+    )
+    forked_from_index = models.PositiveIntegerField(null=True, blank=True)
+
     class Meta:
         constraints = [
+            models.CheckConstraint(
+                condition=Q(forked_from__isnull=True, forked_from_index__isnull=True)
+                | Q(forked_from__isnull=False, forked_from_index__isnull=False),
+                name="run_fork_names_its_step",
+            ),
             models.UniqueConstraint(
                 fields=["agent", "external_id"],
                 condition=Q(external_id__isnull=False),
