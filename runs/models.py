@@ -9,6 +9,9 @@ from django.db.models import F, Q
 
 from runs.constants import Effect, EnforcedBy, Resolution, RunStatus, StepKind, StepState
 
+# the events the console counts (recoveries, duplicates prevented, lease expiries)
+RECOVERY_EVENT_TYPES = ["reconciled", "lease_acquired", "lease_expired"]
+
 LIVE = [RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED, RunStatus.NEEDS_REVIEW]
 
 
@@ -211,6 +214,12 @@ class Step(models.Model):
                 fields=["intent_at"], condition=Q(state=StepState.UNKNOWN), name="step_unknown_idx"
             ),
             models.Index(fields=["idempotency_key"], name="step_key_idx"),
+            # the console's "top failing steps" over a window of days
+            models.Index(
+                fields=["outcome_at"],
+                condition=Q(state=StepState.ERROR),
+                name="step_error_outcome_idx",
+            ),
         ]
         ordering = ["run", "index"]
 
@@ -238,6 +247,14 @@ class Event(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "seq"], name="event_seq_unique_per_run"),
             models.CheckConstraint(condition=Q(seq__gte=1), name="event_seq_positive"),
+        ]
+        indexes = [
+            # the console's recoveries and duplicates per day, and the metrics endpoint
+            models.Index(
+                fields=["at"],
+                condition=Q(type__in=RECOVERY_EVENT_TYPES),
+                name="event_recovery_at_idx",
+            ),
         ]
         ordering = ["run", "seq"]
 

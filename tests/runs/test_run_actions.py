@@ -13,67 +13,17 @@ from runs.models import Event, Run, Step
 from runs.services import (
     run_cancel,
     run_complete,
-    run_create,
     run_fork,
     run_lease_acquire,
     step_intent_record,
     step_outcome_record,
 )
+from tests.console.factories import journalled_run, write_step
 from tests.review.factories import killed_support_run
 
 pytestmark = pytest.mark.django_db
 
 WORKER = "worker:w-1"
-
-
-def journalled_run(steps: int, *, agent: str = "support") -> tuple[Run, int]:
-    """A run leased by w-1 with `steps` steps: reads and `ledger` writes alternating, all done."""
-    run, _ = run_create(agent=agent, input={"ticket": "T-1"}, actor=WORKER)
-    epoch = run_lease_acquire(run_id=run.pk, worker="w-1", ttl_seconds=30, actor=WORKER).epoch
-    for index in range(steps):
-        write_step(run.pk, epoch, index)
-    run.refresh_from_db()
-    return run, epoch
-
-
-def write_step(run_id: Any, epoch: int, index: int) -> None:
-    if index % 2 == 0:
-        step_intent_record(
-            run_id=run_id,
-            epoch=epoch,
-            index=index,
-            kind="model",
-            name="model.think",
-            effect="read",
-            arguments={"prompt": f"step {index}"},
-            outcome={
-                "status": "ok",
-                "result": {"content": f"thought {index}"},
-                "usage": {"input_tokens": 10, "output_tokens": 5, "cost_usd": "0.001"},
-            },
-            actor=WORKER,
-        )
-    else:
-        step_intent_record(
-            run_id=run_id,
-            epoch=epoch,
-            index=index,
-            kind="tool",
-            name="tickets.comment",
-            effect="write",
-            enforced_by="ledger",
-            arguments={"ticket_id": 7, "body": f"comment {index}"},
-            actor=WORKER,
-        )
-        step_outcome_record(
-            run_id=run_id,
-            index=index,
-            epoch=epoch,
-            status="ok",
-            result={"comment": {"id": index, "ticket_id": 7}},
-            usage={"input_tokens": 0, "output_tokens": 0},
-            actor=WORKER,
-        )
 
 
 def verify_journal(run_id: Any) -> int:
