@@ -117,7 +117,7 @@ def overview(*, days: int = 14) -> dict[str, Any]:
         "runs_chart": _stacked_chart(runs_by_day, STATUS_SERIES),
         "recovery_chart": _stacked_chart(recoveries_by_day, ["recoveries", "duplicates"]),
         "tokens_chart": _lines_chart(tokens_by_agent, w.days),
-        "cost_by_agent": sorted(cost_by_agent.items(), key=lambda kv: -kv[1])[:10],
+        "agent_rows": _agent_rows(tokens_by_agent, cost_by_agent),
         "queue": {
             "depth": waiting_count(),
             "unknown": int(queue[0]),
@@ -128,6 +128,19 @@ def overview(*, days: int = 14) -> dict[str, Any]:
         },
         "failing": [{"name": n, "error": e, "count": c} for n, e, c in failing],
     }
+
+
+def _agent_rows(
+    tokens_by_agent: dict[str, dict[date, int]], cost_by_agent: dict[str, Decimal]
+) -> list[dict[str, Any]]:
+    """Agents by tokens spent, with their cost; `n` matches the chart's line colour."""
+    totals = sorted(
+        ((agent, sum(per.values())) for agent, per in tokens_by_agent.items()), key=lambda r: -r[1]
+    )
+    return [
+        {"agent": agent, "tokens": tokens, "cost": cost_by_agent.get(agent, Decimal(0)), "n": n}
+        for n, (agent, tokens) in enumerate(totals[:10])
+    ]
 
 
 def _seconds_text(value: Any) -> str:
