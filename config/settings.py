@@ -227,6 +227,12 @@ REVIEW_SLA_SECONDS = env_int("REVIEW_SLA_SECONDS", 15 * 60)
 REVIEW_CLAIM_SECONDS = env_int("REVIEW_CLAIM_SECONDS", 15 * 60)
 LOGIN_MAX_FAILURES = env_int("LOGIN_MAX_FAILURES", 5)
 LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 15 * 60)
+# The console's overview reads past days from a rollup that beat recomputes (console.rollup)
+CONSOLE_ROLLUP_DAYS = env_int("CONSOLE_ROLLUP_DAYS", 31)
+CELERY_BEAT_SCHEDULE["console-refresh-run-days"] = {
+    "task": "console.tasks.refresh_run_days",
+    "schedule": timedelta(seconds=env_int("CONSOLE_ROLLUP_SECONDS", 300)),
+}
 CELERY_BEAT_SCHEDULE["review-escalate-waiting-items"] = {
     "task": "review.tasks.escalate_waiting_items",
     "schedule": timedelta(seconds=env_int("REVIEW_ESCALATION_INTERVAL_SECONDS", 60)),

@@ -62,9 +62,11 @@ class LedgerCollector(Collector):
             cursor.execute(
                 "SELECT count(*) FILTER (WHERE type = 'reconciled'), "
                 "coalesce(sum((payload->>'replayable_steps')::bigint) FILTER ("
-                "WHERE type = 'lease_acquired' AND payload->>'recovery' = 'true'), 0), "
+                "WHERE type = 'lease_acquired'), 0), "
                 "count(*) FILTER (WHERE type = 'lease_expired') "
-                "FROM runs_event WHERE type IN ('reconciled', 'lease_acquired', 'lease_expired')"
+                # the predicate of event_recovery_at_idx (runs migration 0006)
+                "FROM runs_event WHERE type = 'reconciled' OR type = 'lease_expired' "
+                "OR (type = 'lease_acquired' AND (payload->>'recovery') = 'true')"
             )
             reconciled, replayed, expiries = cursor.fetchone() or (0, 0, 0)
 

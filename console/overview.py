@@ -1,17 +1,22 @@
 """The fleet at a glance: SQL aggregates over a window of days, drawn as server-side SVG.
 
-Every query is bounded by the window and served by an index: runs by `run_created_idx`, the
+Runs per day come from the rollup beat keeps (console.rollup: complete days) plus today's runs
+read live. Every query is bounded by the window and served by an index: runs by `run_created_idx`, the
 recovery events by `event_recovery_at_idx` and failing steps by `step_error_outcome_idx`
 (partial indexes, migration runs 0006), the review queue by `step_unknown_idx`.
 """
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
+from django.db.models import Max
 
+from console.models import RunDay
+from console.rollup import day_start
 from review.selectors import waiting_count
 from review.services import sla_seconds
 from runs import clock
@@ -50,15 +55,41 @@ def _series_key(status: str) -> str:
     return "other"
 
 
+_LIVE_RUNS = (
+    "SELECT (created_at AT TIME ZONE 'UTC')::date AS d, agent, status, count(*), "
+    "sum(used_tokens), sum(used_cost_usd), sum(used_recoveries) "
+    "FROM runs_run WHERE created_at >= %s AND created_at < %s GROUP BY 1, 2, 3"
+)
+
+
+def _runs_by_day(since: datetime) -> tuple[list[tuple[Any, ...]], datetime | None]:
+    """(day, agent, status, runs, tokens, cost, recoveries) rows since `since`, and when the
+    rolled-up part was computed (None: all live).
+
+    Complete days the last rollup covered come from console_runday (a few hundred rows); the
+    days since it (today, and yesterday until beat's next refresh) and any older than its range
+    are read live from runs_run.
+    """
+    far_future = since + timedelta(days=36500)
+    rolled_at = RunDay.objects.aggregate(latest=Max("refreshed_at"))["latest"]
+    if rolled_at is None:
+        return _rows(_LIVE_RUNS, [since, far_future]), None
+    rolled_to = rolled_at.astimezone(UTC).date()  # exclusive: that day was not complete
+    rolled_from = rolled_to - timedelta(days=int(getattr(settings, "CONSOLE_ROLLUP_DAYS", 31)))
+    rows = [
+        (r.day, r.agent, r.status, r.runs, r.tokens, r.cost_usd, r.recoveries)
+        for r in RunDay.objects.filter(day__gte=max(since.date(), rolled_from), day__lt=rolled_to)
+    ]
+    if since.date() < rolled_from:
+        rows += _rows(_LIVE_RUNS, [since, day_start(rolled_from)])
+    rows += _rows(_LIVE_RUNS, [max(since, day_start(rolled_to)), far_future])
+    return rows, rolled_at
+
+
 def overview(*, days: int = 14) -> dict[str, Any]:
     now = clock.now()
     w = _window(days, now)
-    by_day_status = _rows(
-        "SELECT (created_at AT TIME ZONE 'UTC')::date AS d, agent, status, count(*), "
-        "sum(used_tokens), sum(used_cost_usd), sum(used_recoveries) "
-        "FROM runs_run WHERE created_at >= %s GROUP BY 1, 2, 3",
-        [w.since],
-    )
+    by_day_status, rolled_at = _runs_by_day(w.since)
     runs_by_day: dict[date, dict[str, int]] = {d: dict.fromkeys(STATUS_SERIES, 0) for d in w.days}
     tokens_by_agent: dict[str, dict[date, int]] = {}
     cost_by_agent: dict[str, Decimal] = {}
@@ -80,8 +111,7 @@ def overview(*, days: int = 14) -> dict[str, Any]:
         "count(*) FILTER (WHERE type = 'lease_acquired'), "
         "coalesce(sum((payload->>'replayable_steps')::bigint) FILTER (WHERE type = 'lease_acquired'), 0), "
         "count(*) FILTER (WHERE type = 'reconciled') "
-        "FROM runs_event WHERE at >= %s "
-        "AND type IN ('reconciled', 'lease_acquired', 'lease_expired') AND ("
+        "FROM runs_event WHERE at >= %s AND ("
         "type = 'reconciled' OR (type = 'lease_acquired' AND payload->>'recovery' = 'true')) "
         "GROUP BY 1",
         [w.since],
@@ -112,6 +142,7 @@ def overview(*, days: int = 14) -> dict[str, Any]:
     )
     return {
         "days": days,
+        "rolled_at": rolled_at,
         "window": w,
         "totals": totals,
         "runs_chart": _stacked_chart(runs_by_day, STATUS_SERIES),

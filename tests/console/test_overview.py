@@ -100,3 +100,42 @@ def test_the_overview_lists_failing_steps_and_the_queue_sla(client_for: Any, set
 
 def test_the_overview_needs_the_browse_permission(client_for: Any) -> None:
     assert client_for(None).get("/console/").status_code == 403
+
+
+def _overview_numbers(client: Any) -> tuple[int, int, int, str]:
+    html = client.get("/console/?days=14").content.decode()
+    bars = re.findall(r'<rect class="series-([a-z_]+)"[^>]*><title>([^<]+)</title>', html)
+    return (
+        _number(html, "total-runs"),
+        _number(html, "total-tokens"),
+        len(bars),
+        re.search(r'id="rolled-at">([^<]*)<', html).group(1),  # type: ignore[union-attr]
+    )
+
+
+def test_past_days_come_from_the_rollup_beat_refreshes_and_today_is_live(
+    client_for: Any,
+) -> None:
+    from console.models import RunDay
+    from console.rollup import run_days_refresh
+
+    runs_bulk_create(runs=300, steps_per_run=2, agent="support", status="completed", spread_days=9)
+    client = client_for(SUPERVISORS)
+    live = _overview_numbers(client)
+    assert live[0] == 300 and "all live" in live[3]
+
+    assert run_days_refresh() > 0
+    assert RunDay.objects.filter(status="completed").count() >= 9
+    rolled = _overview_numbers(client)
+    assert rolled[:3] == live[:3]  # same picture, from the rollup
+    assert "as of" in rolled[3]
+
+    journalled_run(1, agent="support")  # a run of today: read live, not from the rollup
+    assert _overview_numbers(client)[0] == 301
+    # a run of an earlier day that finished since: counted right at the next refresh
+    older = Run.objects.filter(agent="support", status="completed").order_by("created_at").first()
+    assert older is not None
+    Run.objects.filter(pk=older.pk).update(status="failed")
+    assert "series-failed" not in client.get("/console/?days=14").content.decode()
+    run_days_refresh()
+    assert 'class="series-failed"' in client.get("/console/?days=14").content.decode()
