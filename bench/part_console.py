@@ -7,7 +7,8 @@ bench database, fills it with datagen (runs with two steps each, 1% in review; o
 200 steps), starts gunicorn and fetches the pages over HTTP with an admin session:
 
 - `GET /console/?days=14` and `?days=30` (the overview: SQL aggregates over the window),
-- `GET /runs/<the 200-step run>/` (the transcript with its timeline and conversation).
+- `GET /runs/<the 200-step run>/` (the transcript with its timeline and conversation), and the
+  timeline fragment alone (its queries and rendering, in one Django process).
 
 Targets: overview p50 <= 200 ms (issue 16). The timeline has no target; it is reported.
 """
@@ -52,6 +53,34 @@ def _measure(http: httpx.Client, path: str, reps: int, samples: int) -> list[lis
             assert response.status_code == 200
         out.append(rep)
     return out
+
+
+TIMELINE_ALONE = """
+import json, time
+from django.template.loader import render_to_string
+from console.selectors import run_timeline_context
+from runs.models import Run
+run = Run.objects.get(pk="{run_id}")
+reps = []
+for _ in range({reps}):
+    rep = []
+    for _ in range({samples}):
+        t0 = time.perf_counter()
+        render_to_string("console/_timeline.html", run_timeline_context(run))
+        rep.append((time.perf_counter() - t0) * 1000)
+    reps.append(rep)
+print(json.dumps(reps))
+"""
+
+
+def _timeline_alone(run_id: str, reps: int, samples: int) -> list[list[float]]:
+    """The timeline fragment alone (its queries and its SVG), in one Django process."""
+    import json
+
+    code = TIMELINE_ALONE.format(run_id=run_id, reps=reps, samples=samples)
+    out = stack.manage("shell", "-c", code).strip().splitlines()[-1]
+    reps_out: list[list[float]] = json.loads(out)
+    return reps_out
 
 
 def run(ctx: Ctx, workers: int = 2, threads: int = 4) -> None:
@@ -118,6 +147,14 @@ def run(ctx: Ctx, workers: int = 2, threads: int = 4) -> None:
                     for rep in _measure(http, f"/runs/{long_run}/", ctx.size["reps"], samples):
                         fig.add_rep(rep)
                     figures["timeline"] = fig.p50
+                    fig = res.add(
+                        Figure(
+                            f"console 200-step timeline alone (queries + SVG) at {actual:,} runs",
+                            "ms",
+                        )
+                    )
+                    for rep in _timeline_alone(long_run, ctx.size["reps"], samples):
+                        fig.add_rep(rep)
                 rows.append(
                     f"| {actual:,} | {figures['overview 14 days']:.1f} ms | "
                     f"{figures['overview 30 days']:.1f} ms | {figures.get('timeline', float('nan')):.1f} ms |"
