@@ -39,6 +39,7 @@ def test_an_admin_cancels_a_run_with_a_note_and_it_is_audited_and_chained(
     )
     assert Event.objects.filter(run=run, type=EventType.RUN_CANCELLED).count() == 1
     assert b'id="cancel-run"' not in done.content  # a final run offers no cancel
+    assert b"cancelled by ada: customer withdrew" in done.content  # lease and recovery history
 
 
 def test_cancel_without_a_note_or_of_a_finished_run_says_why(client_for: Any) -> None:
@@ -78,6 +79,7 @@ def test_an_admin_forks_a_run_and_lineage_shows_both_ways(client_for: Any) -> No
     assert b"4 steps copied from the original, never executed here" in made.content
     original = admin.get(f"/runs/{run.pk}/")
     assert f'href="/runs/{fork.pk}/"'.encode() in original.content
+    assert b"forked at step 4 by ada: what if" in original.content
     assert AuditEntry.objects.get(action="run.fork").details["fork_run_id"] == str(fork.pk)
     verified = admin.get(f"/runs/{fork.pk}/verify", HTTP_HX_REQUEST="true")
     assert b"The chain holds" in verified.content
