@@ -21,7 +21,7 @@ from bench.common import BENCH, BENCH_DB, BENCH_VENV_PY, Figure, machine_descrip
 from bench.context import TIERS, Ctx
 from bench.results import Results
 
-PARTS = ["step", "throughput", "recovery", "gateway", "dashboard", "scaling"]
+PARTS = ["step", "throughput", "recovery", "gateway", "dashboard", "scaling", "console"]
 BENCH_VENV_PACKAGES = [
     "dbos",
     "langgraph",
@@ -196,6 +196,12 @@ def _run_part(ctx: Ctx, part: str, workers: int, threads: int) -> None:
         from bench import part_gateway
 
         part_gateway.run(ctx, workers, threads)
+    elif part == "console":
+        if not (stack.tree() / "console" / "overview.py").exists():
+            raise PartSkipped("the console (console/) has not landed")
+        from bench import part_console
+
+        part_console.run(ctx, workers, threads)
     elif part in ("dashboard", "scaling", "data"):
         from bench import part_data
 

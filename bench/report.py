@@ -18,6 +18,7 @@ TITLES = {
     "dashboard": "5. Dashboard and export",
     "scaling": "6. Scaling curve",
     "profile": "Profiles of missed targets",
+    "console": "7. Operator's console (overview, timeline)",
 }
 
 METHOD = """\
@@ -88,6 +89,7 @@ def write_report(results: Results, path: Path) -> None:
         "gateway",
         "dashboard",
         "scaling",
+        "console",
         "profile",
     ]:
         names = results.part_figures.get(part, [])

@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "review",
     "agents",
     "audit",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -66,6 +67,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "console.logs.RunLogContextMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -249,6 +251,12 @@ REVIEW_SLA_SECONDS = env_int("REVIEW_SLA_SECONDS", 15 * 60)
 REVIEW_CLAIM_SECONDS = env_int("REVIEW_CLAIM_SECONDS", 15 * 60)
 LOGIN_MAX_FAILURES = env_int("LOGIN_MAX_FAILURES", 5)
 LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 15 * 60)
+# The console's overview reads past days from a rollup that beat recomputes (console.rollup)
+CONSOLE_ROLLUP_DAYS = env_int("CONSOLE_ROLLUP_DAYS", 31)
+CELERY_BEAT_SCHEDULE["console-refresh-run-days"] = {
+    "task": "console.tasks.refresh_run_days",
+    "schedule": timedelta(seconds=env_int("CONSOLE_ROLLUP_SECONDS", 300)),
+}
 CELERY_BEAT_SCHEDULE["review-escalate-waiting-items"] = {
     "task": "review.tasks.escalate_waiting_items",
     "schedule": timedelta(seconds=env_int("REVIEW_ESCALATION_INTERVAL_SECONDS", 60)),
@@ -308,9 +316,22 @@ LEDGER_KEY_STATE_LOOKUP = os.environ.get(
 LEDGER_URL = os.environ.get("LEDGER_URL", "http://127.0.0.1:8000")
 LEDGER_TOKEN = os.environ.get("LEDGER_TOKEN", "")
 
+# LOG_FORMAT=json: one JSON object a line, with run_id and step_index when the line is written
+# while a run's request is answered (console.logs)
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text").strip().lower()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"json": {"()": "console.logs.JsonFormatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            **({"formatter": "json"} if LOG_FORMAT == "json" else {}),
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }
+
+# GET /metrics (Prometheus) answers only a request with "Authorization: Bearer <METRICS_TOKEN>";
+# without a token set, the endpoint refuses everyone (403)
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")

@@ -11,6 +11,8 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from console.metrics import metrics_view
+
 
 class SchemaView(SpectacularAPIView):
     """The OpenAPI schema, generated one request at a time.
@@ -54,5 +56,7 @@ urlpatterns = [
     re_path(r"^api/(?P<rest>[\s\S]*)$", api_not_found),
     path("django-admin/", admin.site.urls),
     path("audit/", include("audit.urls")),
+    path("console/", include("console.urls")),
+    path("metrics", metrics_view, name="metrics"),
     path("", include("review.urls")),
 ]

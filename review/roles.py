@@ -18,6 +18,7 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
         "manage_tokens",
         "export",
         "view_auditentry",
+        "run_actions",
     ],
 }
 
@@ -29,6 +30,7 @@ PERMISSION_NAMES = {
     "manage_tokens": "Create and revoke worker tokens",
     "export": "Export journals",
     "view_auditentry": "Can view audit entry",
+    "run_actions": "Cancel, fork and bulk-act on runs (the console)",
 }
 
 

@@ -222,6 +222,16 @@ def run_history(events: list[Event]) -> list[HistoryLine]:
             )
         elif e.type == "budget_exceeded":
             lines.append(HistoryLine(e.at, f"budget exceeded: {p.get('limit')}", "budget"))
+        elif e.type == "run_cancelled":
+            lines.append(HistoryLine(e.at, f"cancelled by {p.get('by')}: {p.get('note')}", "final"))
+        elif e.type == "run_forked":
+            lines.append(
+                HistoryLine(
+                    e.at,
+                    f"forked at step {p.get('index')} by {p.get('by')}: {p.get('note')}",
+                    "fork",
+                )
+            )
         elif e.type in ("run_completed", "run_failed", "run_abandoned"):
             lines.append(HistoryLine(e.at, e.type.replace("run_", "run "), "final"))
     return lines

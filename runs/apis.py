@@ -79,6 +79,11 @@ class BudgetSerializer(serializers.Serializer):
     deadline = serializers.DateTimeField()
 
 
+class ForkOriginSerializer(serializers.Serializer):
+    run_id = serializers.UUIDField()
+    index = serializers.IntegerField(help_text="how many of the original's steps the fork copied")
+
+
 class RunOutputSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     agent = serializers.CharField()
@@ -92,6 +97,7 @@ class RunOutputSerializer(serializers.Serializer):
     lease = LeaseRefSerializer(allow_null=True)
     budget = BudgetSerializer()
     step_count = serializers.IntegerField()
+    forked_from = ForkOriginSerializer(allow_null=True)
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 

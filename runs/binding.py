@@ -4,7 +4,8 @@ Each step's fields are bound by hashes in its events: `step_intent` names the ar
 (and kind, name, effect, enforced_by, key), `step_done` / `step_error` the result hash and usage,
 `reconciled` the result hash of the key's stored response, `step_resolved` the resolution (and,
 for `sent`, the result itself); `step_interrupted`, `step_unknown` and `step_reopened` move the
-state. Replaying a run's events per step index gives what each step row must hold; a step row
+state. A fork's `step_copied` binds a whole copied step at once (intent fields, state, result
+hash, usage and the resolution it carried in the original). Replaying a run's events per step index gives what each step row must hold; a step row
 edited behind the application's back disagrees, and the field is named.
 
 Django-free: `verify_journal`, the dashboard, the checkpoint job and the offline export verifier
@@ -30,6 +31,7 @@ STEP_EVENTS = frozenset(
         "step_unknown",
         "reconciled",
         "step_resolved",
+        "step_copied",
     }
 )
 _RESOLVED_STATE = {"sent": "done", "retry": "interrupted", "abandon": "abandoned"}
@@ -67,6 +69,17 @@ class StepReplay:
                 seq=seq,
                 arguments_hash=payload.get("arguments_hash"),
                 intent={k: payload[k] for k in INTENT_FIELDS if k in payload},
+            )
+            return
+        if type == "step_copied":
+            self.steps[index] = BoundStep(
+                seq=seq,
+                arguments_hash=payload.get("arguments_hash"),
+                intent={k: payload[k] for k in INTENT_FIELDS if k in payload},
+                state=str(payload.get("state")),
+                result_hash=payload.get("result_hash"),
+                usage=payload.get("usage"),
+                resolution=payload.get("resolution"),
             )
             return
         step = self.steps.get(index)

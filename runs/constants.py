@@ -12,6 +12,7 @@ class RunStatus(models.TextChoices):
     FAILED = "failed"
     ABANDONED = "abandoned"
     BUDGET_EXCEEDED = "budget_exceeded"
+    CANCELLED = "cancelled"
 
 
 class StepState(models.TextChoices):
@@ -48,12 +49,16 @@ class Resolution(models.TextChoices):
 LIVE_STATUSES = frozenset(
     {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED, RunStatus.NEEDS_REVIEW}
 )
-FINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ABANDONED})
+FINAL_STATUSES = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ABANDONED, RunStatus.CANCELLED}
+)
+# an admin may cancel any run that is not final (the run actions of the console)
+CANCELLABLE_STATUSES = frozenset(set(RunStatus.values) - FINAL_STATUSES)
 # budget_exceeded is neither live nor final: nothing runs, but an admin may raise the limits.
 
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
     RunStatus.PENDING: frozenset(
-        {RunStatus.RUNNING, RunStatus.BUDGET_EXCEEDED, RunStatus.ABANDONED}
+        {RunStatus.RUNNING, RunStatus.BUDGET_EXCEEDED, RunStatus.ABANDONED, RunStatus.CANCELLED}
     ),
     RunStatus.RUNNING: frozenset(
         {
@@ -63,18 +68,28 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
             RunStatus.INTERRUPTED,
             RunStatus.NEEDS_REVIEW,
             RunStatus.BUDGET_EXCEEDED,
+            RunStatus.CANCELLED,
         }
     ),
     RunStatus.INTERRUPTED: frozenset(
-        {RunStatus.RUNNING, RunStatus.NEEDS_REVIEW, RunStatus.BUDGET_EXCEEDED, RunStatus.ABANDONED}
+        {
+            RunStatus.RUNNING,
+            RunStatus.NEEDS_REVIEW,
+            RunStatus.BUDGET_EXCEEDED,
+            RunStatus.ABANDONED,
+            RunStatus.CANCELLED,
+        }
     ),
     RunStatus.NEEDS_REVIEW: frozenset(
-        {RunStatus.RUNNING, RunStatus.ABANDONED, RunStatus.BUDGET_EXCEEDED}
+        {RunStatus.RUNNING, RunStatus.ABANDONED, RunStatus.BUDGET_EXCEEDED, RunStatus.CANCELLED}
     ),
-    RunStatus.BUDGET_EXCEEDED: frozenset({RunStatus.RUNNING, RunStatus.ABANDONED}),
+    RunStatus.BUDGET_EXCEEDED: frozenset(
+        {RunStatus.RUNNING, RunStatus.ABANDONED, RunStatus.CANCELLED}
+    ),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.FAILED: frozenset(),
     RunStatus.ABANDONED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
 }
 
 STEP_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -131,3 +146,6 @@ class EventType(models.TextChoices):
     RUN_ABANDONED = "run_abandoned"
     BUDGET_EXCEEDED = "budget_exceeded"
     LIMITS_RAISED = "limits_raised"
+    RUN_CANCELLED = "run_cancelled"
+    RUN_FORKED = "run_forked"  # on the original: a fork was made from it
+    STEP_COPIED = "step_copied"  # on the fork: a step copied from the original, never re-run

@@ -33,6 +33,7 @@ from runs.api_errors import ApplicationError, StrictJSONParser
 from runs.apis import MAX_EPOCH, MAX_STEP_INDEX, MAX_TOKENS_PER_CALL
 from runs.authentication import principal_for
 from runs.constants import Effect, EnforcedBy, StepKind
+from runs.observe import step_call
 from runs.representations import run_json, step_json
 
 _KINDS = frozenset(StepKind.values)
@@ -242,17 +243,23 @@ def answer(
     except ValueError as exc:
         raise Decline from exc
     actor = str(principal)
-    try:
-        if call == "intent":
-            return _intent_call(run_id, data, actor)
-        if call == "outcome":
-            assert index is not None
-            return _outcome_call(run_id, index, data, actor)
-        if call == "heartbeat":
-            return _heartbeat_call(run_id, data)
-        return _lease_call(run_id, data, actor)
-    except ApplicationError as error:
-        return _refusal(error)
+    step = data.get("index") if call == "intent" and isinstance(data, dict) else index
+    with step_call(call, run_id=run_id, index=step if isinstance(step, int) else None) as seen:
+        try:
+            if call == "intent":
+                return _intent_call(run_id, data, actor)
+            if call == "outcome":
+                assert index is not None
+                return _outcome_call(run_id, index, data, actor)
+            if call == "heartbeat":
+                return _heartbeat_call(run_id, data)
+            return _lease_call(run_id, data, actor)
+        except ApplicationError as error:
+            seen.code = error.code
+            return _refusal(error)
+        except Decline:
+            seen.code = "declined"  # the DRF view answers (with its validation errors)
+            raise
 
 
 def drop_dead_connection() -> None:

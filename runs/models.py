@@ -87,8 +87,19 @@ class Run(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    # a fork's first `forked_from_index` steps are copies of this run's (runs.services.run_fork)
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="forks"
+    )
+    forked_from_index = models.PositiveIntegerField(null=True, blank=True)
+
     class Meta:
         constraints = [
+            models.CheckConstraint(
+                condition=Q(forked_from__isnull=True, forked_from_index__isnull=True)
+                | Q(forked_from__isnull=False, forked_from_index__isnull=False),
+                name="run_fork_names_its_step",
+            ),
             models.UniqueConstraint(
                 fields=["agent", "external_id"],
                 condition=Q(external_id__isnull=False),
@@ -200,6 +211,12 @@ class Step(models.Model):
                 fields=["intent_at"], condition=Q(state=StepState.UNKNOWN), name="step_unknown_idx"
             ),
             models.Index(fields=["idempotency_key"], name="step_key_idx"),
+            # the console's "top failing steps" over a window of days
+            models.Index(
+                fields=["outcome_at"],
+                condition=Q(state=StepState.ERROR),
+                name="step_error_outcome_idx",
+            ),
         ]
         ordering = ["run", "index"]
 
@@ -228,6 +245,7 @@ class Event(models.Model):
             models.UniqueConstraint(fields=["run", "seq"], name="event_seq_unique_per_run"),
             models.CheckConstraint(condition=Q(seq__gte=1), name="event_seq_positive"),
         ]
+        # event_recovery_at_idx (migration 0006, in SQL: its predicate reads the payload)
         ordering = ["run", "seq"]
 
     def __str__(self) -> str:

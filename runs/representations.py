@@ -94,6 +94,11 @@ def run_json(run: Run) -> dict[str, Any]:
         ),
         "budget": budget_of(run),
         "step_count": run.step_count,
+        "forked_from": (
+            {"run_id": str(run.forked_from_id), "index": run.forked_from_index}
+            if run.forked_from_id
+            else None
+        ),
         "created_at": _iso(run.created_at),
         "updated_at": _iso(run.updated_at),
     }

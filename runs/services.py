@@ -904,3 +904,201 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
         ):
             _resume_after_review(run, actor=f"user:{by}", now=now, why=StatusReason.LIMITS_RAISED)
         return run
+
+
+# --- run actions (the operator's console) -----------------------------------------------------
+
+
+def _note_required(note: str) -> str:
+    if not note or not note.strip():
+        raise ApplicationError(
+            "validation_error",
+            "A note is required.",
+            status_code=400,
+            details={"note": ["Required."]},
+        )
+    return note.strip()
+
+
+def run_cancel(*, run_id: UUID | str, by: str, note: str) -> Run:
+    """An admin stops a run that is not final: it becomes `cancelled` (final).
+
+    The epoch stays as it is, so the worker holding the lease is refused its next write with
+    `run_finished` (not `stale_epoch`): it learns the run is over, not that someone took it over.
+    An outcome for an intent already in flight is still recorded (the effect happened; the
+    journal says so). Unknown steps stay in the review queue: whether an email went out is still
+    a question after the run is cancelled.
+    """
+    note = _note_required(note)
+    with transaction.atomic():
+        run = run_for_update(run_id)
+        if run.status in FINAL_STATUSES:
+            raise ApplicationError(
+                "run_finished",
+                f"The run is already {run.status}; only a run that is not finished can be cancelled.",
+                details={"status": run.status},
+            )
+        now = clock.now()
+        previous = run.status
+        worker = run.lease_worker
+        _run_move(run, RunStatus.CANCELLED, reason="cancelled")
+        _event_append(
+            run,
+            type=EventType.RUN_CANCELLED,
+            payload={"by": by, "note": note, "previous_status": previous, "worker": worker},
+            actor=f"user:{by}",
+            at=now,
+        )
+        run.save()
+        return run
+
+
+COPYABLE_STEP_STATES = frozenset({StepState.DONE, StepState.ERROR})
+
+
+def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
+    """A new run whose journal is the original's first `index` steps: "what if it had gone on".
+
+    The copies keep their results and idempotency keys, so a worker on the fork replays them
+    from the journal and the tool side answers their keys from its store: no write runs twice.
+    Each copy is bound by a `step_copied` event in the fork's chain (runs.binding); the fork's
+    `run_created` names its origin and the original gets a `run_forked` event naming the fork.
+    The fork starts `pending` with the original's limits, the copied steps' usage already spent
+    (budgets belong to the run: a fork cannot buy a second budget) and a fresh deadline.
+    Only steps with a recorded outcome (done or error) can be copied.
+    """
+    note = _note_required(note)
+    with transaction.atomic():
+        original = run_for_update(run_id)
+        if not 0 <= index <= original.step_count:
+            raise ApplicationError(
+                "validation_error",
+                f"A fork copies 0 to {original.step_count} steps of this run, not {index}.",
+                status_code=400,
+                details={"index": [f"Between 0 and {original.step_count}."]},
+            )
+        steps = list(Step.objects.filter(run=original, index__lt=index).order_by("index"))
+        for step in steps:
+            if step.state not in COPYABLE_STEP_STATES:
+                raise ApplicationError(
+                    "fork_step_open",
+                    f"Step {step.index} is {step.state}: a fork copies only steps with a "
+                    "recorded outcome; fork from an earlier step or resolve it first.",
+                    details={"index": step.index, "state": step.state},
+                )
+        now = clock.now()
+        fork = Run(
+            agent=original.agent,
+            external_id=None,
+            input=original.input,
+            policy=original.policy,
+            limit_steps=original.limit_steps,
+            limit_tokens=original.limit_tokens,
+            limit_cost_usd=original.limit_cost_usd,
+            limit_wall_seconds=original.limit_wall_seconds,
+            limit_recoveries=original.limit_recoveries,
+            used_steps=len(steps),
+            used_tokens=sum(s.usage_input_tokens + s.usage_output_tokens for s in steps),
+            used_cost_usd=sum((s.usage_cost_usd for s in steps), Decimal(0)),
+            step_count=len(steps),
+            deadline=now + timedelta(seconds=original.limit_wall_seconds),
+            event_head=GENESIS_HASH,
+            forked_from=original,
+            forked_from_index=index,
+        )
+        fork.save(force_insert=True)
+        actor = f"user:{by}"
+        _event_append(
+            fork,
+            type=EventType.RUN_CREATED,
+            payload={
+                "agent": fork.agent,
+                "external_id": None,
+                "policy": original.policy.name if original.policy else None,
+                "limits": budget_of(fork)["limits"],
+                "forked_from": {"run_id": str(original.pk), "index": index},
+                "by": by,
+                "note": note,
+            },
+            actor=actor,
+            at=now,
+        )
+        copies = [_step_copy(fork, step) for step in steps]
+        Step.objects.bulk_create(copies)
+        for copy in copies:
+            _event_append(
+                fork, type=EventType.STEP_COPIED, payload=_copied_payload(copy), actor=actor, at=now
+            )
+        fork.save()
+        _event_append(
+            original,
+            type=EventType.RUN_FORKED,
+            payload={"fork_run_id": str(fork.pk), "index": index, "by": by, "note": note},
+            actor=actor,
+            at=now,
+        )
+        original.save(update_fields=["event_seq", "event_head", "updated_at"])
+        transaction.on_commit(
+            lambda: run_resumable.send(
+                sender=Run, run_id=fork.pk, agent=fork.agent, reason="forked"
+            )
+        )
+        return fork
+
+
+def _step_copy(fork: Run, step: Step) -> Step:
+    """The original's step as the fork's: same key and result, never executed in the fork."""
+    return Step(
+        run=fork,
+        index=step.index,
+        kind=step.kind,
+        name=step.name,
+        effect=step.effect,
+        enforced_by=step.enforced_by,
+        arguments=step.arguments,
+        arguments_hash=step.arguments_hash,
+        idempotency_key=step.idempotency_key,
+        state=step.state,
+        result=step.result,
+        usage_input_tokens=step.usage_input_tokens,
+        usage_output_tokens=step.usage_output_tokens,
+        usage_cost_usd=step.usage_cost_usd,
+        epoch=0,
+        intent_at=step.intent_at,
+        outcome_at=step.outcome_at,
+        executions=0,
+        resolution_action=step.resolution_action,
+        resolution_by=step.resolution_by,
+        resolution_note=step.resolution_note,
+        resolution_at=step.resolution_at,
+    )
+
+
+def _copied_payload(step: Step) -> dict[str, Any]:
+    """Binds every field of a copied step, as step_intent + step_done (+ step_resolved) would."""
+    return {
+        "index": step.index,
+        "kind": step.kind,
+        "name": step.name,
+        "effect": step.effect,
+        "enforced_by": step.enforced_by,
+        "arguments_hash": step.arguments_hash,
+        "idempotency_key": step.idempotency_key,
+        "state": step.state,
+        "result_hash": arguments_hash(step.result),
+        "usage": {
+            "input_tokens": step.usage_input_tokens,
+            "output_tokens": step.usage_output_tokens,
+            "cost_usd": money(step.usage_cost_usd),
+        },
+        "resolution": (
+            {
+                "action": step.resolution_action,
+                "by": step.resolution_by,
+                "note": step.resolution_note,
+                "at": step.resolution_at.isoformat() if step.resolution_at else None,
+            }
+            if step.resolution_action
+            else None
+        ),
+    }

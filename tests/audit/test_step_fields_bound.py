@@ -111,3 +111,28 @@ def test_a_step_row_edited_in_the_database_is_named_by_every_check(
 
     problems = _export_problems(resolved_run, tmp_path)
     assert any(resolved_run in p and named in p for p in problems), problems
+
+
+def test_a_fork_and_a_cancelled_run_pass_all_four_checks_and_an_edited_copy_is_named(
+    resolved_run: str, tmp_path: Path
+) -> None:
+    from runs.services import run_cancel, run_fork
+
+    fork = run_fork(run_id=resolved_run, index=3, by="ada", note="copy the resolved email")
+    cancelled = killed_support_run(customer="bob@example.com")
+    run_cancel(run_id=cancelled.run_id, by="ada", note="duplicate ticket")
+    for run_id in (str(fork.pk), resolved_run, cancelled.run_id):
+        assert _verify_journal(run_id)[0] == 0, run_id
+        assert "The chain holds" in _dashboard_verify(run_id)
+        assert _export_problems(run_id, tmp_path) == [], run_id
+    assert checkpoint_create().checkpoint is not None
+
+    # the copy of the supervisor's resolution is bound in the fork's chain too
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_step SET resolution_note = 'Never sent.' WHERE index = 2 AND run_id = %s",
+            [fork.pk],
+        )
+    named = "step 2 resolution "
+    assert named in _verify_journal(str(fork.pk))[1]
+    assert any(named in p for p in _export_problems(str(fork.pk), tmp_path))

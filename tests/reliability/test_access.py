@@ -4,7 +4,7 @@
   malformed header and a logged-in dashboard session of any group all get 401/403 and write
   nothing);
 - the dashboard and the audit pages: never a worker token (it is not a login), whatever the
-  method; the URL list is read from review.urls and audit.urls, so new pages are covered.
+  method; the URL list is read from review.urls, audit.urls and console.urls, so new pages are covered.
 """
 
 import uuid
@@ -159,7 +159,11 @@ def _dashboard_urls(run_id: str) -> list[str]:
 
     resolver = get_resolver()
     for top in resolver.url_patterns:
-        if isinstance(top, URLResolver) and getattr(top, "namespace", None) in ("review", "audit"):
+        if isinstance(top, URLResolver) and getattr(top, "namespace", None) in (
+            "review",
+            "audit",
+            "console",
+        ):
             walk(top.url_patterns, str(top.pattern))
     filled = []
     for route in urls:

@@ -1,0 +1,35 @@
+"""Console forms: shapes only (the services decide what a run allows)."""
+
+from django import forms
+
+BULK_ACTIONS = [("cancel", "cancel"), ("resume", "resume")]
+
+
+def _note() -> forms.CharField:
+    return forms.CharField(
+        required=True,
+        max_length=4000,
+        strip=True,
+        error_messages={"required": "A note is required: say why."},
+        widget=forms.TextInput(attrs={"size": 40}),
+    )
+
+
+class CancelForm(forms.Form):
+    note = _note()
+
+
+class ForkForm(forms.Form):
+    index = forms.IntegerField(
+        min_value=0,
+        max_value=2**31 - 1,
+        label="Copy steps before",
+        error_messages={"min_value": "A fork copies 0 or more steps."},
+    )
+    note = _note()
+
+
+class BulkForm(forms.Form):
+    action = forms.ChoiceField(choices=BULK_ACTIONS)
+    note = _note()
+    expected = forms.IntegerField(min_value=0, widget=forms.HiddenInput)

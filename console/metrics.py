@@ -1,0 +1,171 @@
+"""`GET /metrics`: Prometheus text format, behind a bearer token (`METRICS_TOKEN`).
+
+Two sources. The hot calls' latency histogram (`agentledger_step_call_seconds{call, code}`,
+runs.observe) lives in each process; under gunicorn set `PROMETHEUS_MULTIPROC_DIR` so the
+workers' samples are merged (prometheus_client's multiprocess mode). Everything else is read from
+the database at scrape time by `LedgerCollector`, so any web process answers the same numbers:
+
+- `agentledger_runs{status}`: runs per status (gauge);
+- `agentledger_steps_total`, `agentledger_tokens_total`, `agentledger_recoveries_total`,
+  `agentledger_cost_usd_total` by agent;
+- `agentledger_duplicates_prevented_total{kind}`: steps replayed from the journal by recoveries,
+  and keys reconciled from the tool side; `agentledger_lease_expiries_total`;
+- `agentledger_review_queue_depth` and `agentledger_review_queue_oldest_age_seconds`;
+- `agentledger_chain_alerts_open`: chains the checkpoint job found broken and nobody acknowledged.
+
+Cost: one grouped scan of runs_run and one of the three event types per scrape (about a second
+at a million runs with ten million events here; scrape every 30 s or more on big tables, or move
+these to a rollup table refreshed by beat).
+"""
+
+import hmac
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from runs import clock
+
+
+class LedgerCollector(Collector):
+    """Reads the fleet's numbers from the database on every scrape."""
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # registering must not query the database (collect() would)
+
+    def collect(self) -> Iterator[Metric]:
+        from audit.models import ChainAlert
+        from review.selectors import waiting_count
+        from runs.constants import RunStatus, StepState
+        from runs.models import Step
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT status, count(*) FROM runs_run GROUP BY status")
+            by_status = dict(cursor.fetchall())
+            cursor.execute(
+                "SELECT agent, sum(step_count), sum(used_tokens), sum(used_recoveries), "
+                "sum(used_cost_usd) FROM runs_run GROUP BY agent ORDER BY agent"
+            )
+            by_agent = cursor.fetchall()
+            cursor.execute(
+                "SELECT count(*) FILTER (WHERE type = 'reconciled'), "
+                "coalesce(sum((payload->>'replayable_steps')::bigint) FILTER ("
+                "WHERE type = 'lease_acquired'), 0), "
+                "count(*) FILTER (WHERE type = 'lease_expired') "
+                # the predicate of event_recovery_at_idx (runs migration 0006)
+                "FROM runs_event WHERE type = 'reconciled' OR type = 'lease_expired' "
+                "OR (type = 'lease_acquired' AND (payload->>'recovery') = 'true')"
+            )
+            reconciled, replayed, expiries = cursor.fetchone() or (0, 0, 0)
+
+        runs = GaugeMetricFamily("agentledger_runs", "Runs by status.", labels=["status"])
+        for status in RunStatus.values:
+            runs.add_metric([status], int(by_status.get(status, 0)))
+        yield runs
+        steps = CounterMetricFamily(
+            "agentledger_steps", "Steps journalled, by agent.", labels=["agent"]
+        )
+        tokens = CounterMetricFamily(
+            "agentledger_tokens", "Tokens spent (input + output), by agent.", labels=["agent"]
+        )
+        recoveries = CounterMetricFamily(
+            "agentledger_recoveries",
+            "Recoveries (leases after a lost one), by agent.",
+            labels=["agent"],
+        )
+        cost = CounterMetricFamily(
+            "agentledger_cost_usd", "Cost in US dollars, by agent.", labels=["agent"]
+        )
+        for agent, n_steps, n_tokens, n_recoveries, usd in by_agent:
+            steps.add_metric([agent], int(n_steps or 0))
+            tokens.add_metric([agent], int(n_tokens or 0))
+            recoveries.add_metric([agent], int(n_recoveries or 0))
+            cost.add_metric([agent], float(usd or 0))
+        yield from (steps, tokens, recoveries, cost)
+        duplicates = CounterMetricFamily(
+            "agentledger_duplicates_prevented",
+            "Work not done twice: steps replayed from the journal, keys reconciled from the tool side.",
+            labels=["kind"],
+        )
+        duplicates.add_metric(["replayed_steps"], int(replayed))
+        duplicates.add_metric(["reconciled"], int(reconciled))
+        yield duplicates
+        yield CounterMetricFamily(
+            "agentledger_lease_expiries", "Leases the reaper found expired.", value=int(expiries)
+        )
+        yield GaugeMetricFamily(
+            "agentledger_review_queue_depth",
+            "Items waiting for a supervisor (unknown steps and crash-looped runs).",
+            value=waiting_count(),
+        )
+        oldest = (
+            Step.objects.filter(state=StepState.UNKNOWN)
+            .order_by("intent_at")
+            .values_list("intent_at", flat=True)
+            .first()
+        )
+        yield GaugeMetricFamily(
+            "agentledger_review_queue_oldest_age_seconds",
+            "Age of the oldest unknown step (0 when the queue is empty).",
+            value=(clock.now() - oldest).total_seconds() if oldest else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "agentledger_chain_alerts_open",
+            "Chain verification failures found by the checkpoint job and not acknowledged.",
+            value=ChainAlert.objects.filter(acknowledged_at__isnull=True).count(),
+        )
+
+
+_collector = LedgerCollector()
+
+
+def register_collector() -> None:
+    """Once per process (AppConfig.ready); the default registry then carries the ledger's numbers."""
+    if _collector not in REGISTRY._collector_to_names:  # no public "is registered"
+        REGISTRY.register(_collector)
+
+
+def scrape_registry() -> Any:
+    """The default registry, or, in multiprocess mode, the merged workers' samples plus ours."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    registry.register(_collector)
+    return registry
+
+
+def _refuse(status: int, message: str) -> HttpResponse:
+    response = HttpResponse(message + "\n", status=status, content_type="text/plain")
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
+@require_GET
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """401 without a bearer token, 403 with a wrong one or when METRICS_TOKEN is not set."""
+    expected = str(getattr(settings, "METRICS_TOKEN", "") or "")
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Bearer "):
+        return _refuse(401, "metrics need Authorization: Bearer <METRICS_TOKEN>")
+    given = header[7:].strip()
+    if not expected:
+        return _refuse(403, "metrics are disabled: set METRICS_TOKEN")
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        return _refuse(403, "wrong metrics token")
+    return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,195 @@
+"""/metrics scraped and parsed with prometheus_client's own parser; JSON logs name run and step."""
+
+import io
+import json
+import logging
+from typing import Any
+
+import pytest
+from django.db.models import Sum
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+from rest_framework.test import APIClient
+
+from console.logs import JsonFormatter
+from runs.constants import RunStatus, StepState
+from runs.models import Event, Run, Step
+from runs.services import run_cancel
+from runs.tokens import worker_token_create
+from tests.console.factories import evicted_at_step_12, journalled_run
+from tests.review.factories import killed_support_run
+
+pytestmark = pytest.mark.django_db
+
+TOKEN = "scrape-me-9f2c"
+
+
+@pytest.fixture
+def metrics_token(settings: Any) -> str:
+    settings.METRICS_TOKEN = TOKEN
+    return TOKEN
+
+
+def scrape(token: str = TOKEN) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    response = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain")
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return samples
+
+
+def test_a_scrape_parsed_with_prometheus_client_matches_the_database(metrics_token: str) -> None:
+    evicted_at_step_12()
+    cancelled, _ = journalled_run(3, agent="triage")
+    run_cancel(run_id=cancelled.pk, by="ada", note="stop")
+    journalled_run(2, agent="triage")
+    killed_support_run(agent="mailer")
+
+    samples = scrape()
+
+    for status in RunStatus.values:
+        assert (
+            samples["agentledger_runs"][(("status", status),)]
+            == Run.objects.filter(status=status).count()
+        )
+    assert samples["agentledger_runs"][(("status", "cancelled"),)] == 1
+    for agent in ("support", "triage", "mailer"):
+        runs = Run.objects.filter(agent=agent)
+        totals = runs.aggregate(steps=Sum("step_count"), tokens=Sum("used_tokens"))
+        assert samples["agentledger_steps_total"][(("agent", agent),)] == totals["steps"]
+        assert samples["agentledger_tokens_total"][(("agent", agent),)] == totals["tokens"]
+        assert samples["agentledger_recoveries_total"][(("agent", agent),)] == sum(
+            runs.values_list("used_recoveries", flat=True)
+        )
+    assert samples["agentledger_steps_total"][(("agent", "support"),)] == 20
+    assert samples["agentledger_recoveries_total"][(("agent", "support"),)] == 1
+    assert samples["agentledger_duplicates_prevented_total"][(("kind", "replayed_steps"),)] == 13
+    assert samples["agentledger_duplicates_prevented_total"][(("kind", "reconciled"),)] == 0
+    expiries = Event.objects.filter(type="lease_expired").count()
+    assert samples["agentledger_lease_expiries_total"][()] == expiries == 1
+    assert samples["agentledger_review_queue_depth"][()] == 1
+    assert Step.objects.filter(state=StepState.UNKNOWN).count() == 1
+    assert samples["agentledger_review_queue_oldest_age_seconds"][()] >= 0
+    assert samples["agentledger_chain_alerts_open"][()] == 0
+
+
+def test_the_hot_calls_are_timed_by_call_and_answer_code(metrics_token: str) -> None:
+    _, raw = worker_token_create(name="pod-m")
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    before = scrape().get("agentledger_step_call_seconds_count", {})
+    run = api.post("/api/v1/runs/", {"agent": "metered", "input": {}}, format="json").json()
+    epoch = api.post(
+        f"/api/v1/runs/{run['id']}/lease", {"worker": "w", "ttl_seconds": 30}, format="json"
+    ).json()["epoch"]
+    for index in range(3):
+        step = {
+            "epoch": epoch,
+            "index": index,
+            "kind": "model",
+            "name": "m",
+            "effect": "read",
+            "arguments": {"i": index},
+            "outcome": {"status": "ok", "result": {}},
+        }
+        assert api.post(f"/api/v1/runs/{run['id']}/steps/", step, format="json").status_code == 201
+    stale = {
+        "epoch": epoch + 5,
+        "index": 3,
+        "kind": "model",
+        "name": "m",
+        "effect": "read",
+        "arguments": {},
+    }
+    assert api.post(f"/api/v1/runs/{run['id']}/steps/", stale, format="json").status_code == 409
+
+    after = scrape()["agentledger_step_call_seconds_count"]
+
+    def grew(call: str, code: str) -> float:
+        key = (("call", call), ("code", code))
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert grew("intent", "ok") == 3
+    assert grew("intent", "stale_epoch") == 1
+    assert grew("lease", "ok") == 1
+
+
+def test_metrics_without_the_credential_are_refused(settings: Any) -> None:
+    settings.METRICS_TOKEN = TOKEN
+    anonymous = Client().get("/metrics")
+    assert anonymous.status_code == 401 and anonymous["WWW-Authenticate"].startswith("Bearer")
+    assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
+    assert Client().get("/metrics", HTTP_AUTHORIZATION=f"Basic {TOKEN}").status_code == 401
+    settings.METRICS_TOKEN = ""
+    disabled = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer ")
+    assert disabled.status_code == 403 and b"METRICS_TOKEN" in disabled.content
+
+
+def test_json_logs_carry_run_id_and_step_index_of_the_call(settings: Any) -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    calls = logging.getLogger("agentledger.calls")
+    calls.addHandler(handler)
+    previous = calls.level
+    calls.setLevel(logging.INFO)
+    try:
+        _, raw = worker_token_create(name="pod-l")
+        api = APIClient()
+        api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        run = api.post("/api/v1/runs/", {"agent": "logged", "input": {}}, format="json").json()
+        epoch = api.post(
+            f"/api/v1/runs/{run['id']}/lease", {"worker": "w", "ttl_seconds": 30}, format="json"
+        ).json()["epoch"]
+        step = {
+            "epoch": epoch,
+            "index": 0,
+            "kind": "tool",
+            "name": "t",
+            "effect": "write",
+            "enforced_by": "tool",
+            "arguments": {},
+        }
+        api.post(f"/api/v1/runs/{run['id']}/steps/", step, format="json")
+        api.post(
+            f"/api/v1/runs/{run['id']}/steps/0/outcome",
+            {"epoch": epoch, "status": "ok", "result": {"ok": 1}},
+            format="json",
+        )
+    finally:
+        calls.removeHandler(handler)
+        calls.setLevel(previous)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(line["call"], line["step_index"]) for line in lines] == [
+        ("lease", None),
+        ("intent", 0),
+        ("outcome", 0),
+    ]
+    assert {line["run_id"] for line in lines} == {run["id"]}
+    assert all(line["level"] == "INFO" and "duration_ms" in line for line in lines)
+
+
+def test_log_format_json_is_what_the_settings_install() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import django, logging; django.setup(); "
+        "from django.conf import settings; "
+        "print(type(logging.getLogger().handlers[0].formatter).__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={
+            **__import__("os").environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "LOG_FORMAT": "json",
+        },
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "JsonFormatter"
