@@ -119,6 +119,7 @@ class StatusReason(models.TextChoices):
     RESOLVED = "resolved"
     RESUMED = "resumed"
     LIMITS_RAISED = "limits_raised"
+    CANCELLED = "cancelled"
     WALL_SECONDS = "wall_seconds"
     STEPS = "steps"
     TOKENS = "tokens"

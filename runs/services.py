@@ -930,8 +930,8 @@ def run_cancel(*, run_id: UUID | str, by: str, note: str) -> Run:
     a question after the run is cancelled.
     """
     note = _note_required(note)
-    with transaction.atomic():
-        run = run_for_update(run_id)
+    with transition(run_id, actor=f"user:{by}") as t:
+        run = t.run
         if run.status in FINAL_STATUSES:
             raise ApplicationError(
                 "run_finished",
@@ -941,15 +941,14 @@ def run_cancel(*, run_id: UUID | str, by: str, note: str) -> Run:
         now = clock.now()
         previous = run.status
         worker = run.lease_worker
-        _run_move(run, RunStatus.CANCELLED, reason="cancelled")
-        _event_append(
+        run_move(run, RunStatus.CANCELLED, reason=StatusReason.CANCELLED)
+        event_append(
             run,
             type=EventType.RUN_CANCELLED,
             payload={"by": by, "note": note, "previous_status": previous, "worker": worker},
             actor=f"user:{by}",
             at=now,
         )
-        run.save()
         return run
 
 
@@ -968,8 +967,8 @@ def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
     Only steps with a recorded outcome (done or error) can be copied.
     """
     note = _note_required(note)
-    with transaction.atomic():
-        original = run_for_update(run_id)
+    with transition(run_id, actor=f"user:{by}") as t:
+        original = t.run
         if not 0 <= index <= original.step_count:
             raise ApplicationError(
                 "validation_error",
@@ -1008,7 +1007,7 @@ def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
         )
         fork.save(force_insert=True)
         actor = f"user:{by}"
-        _event_append(
+        event_append(
             fork,
             type=EventType.RUN_CREATED,
             payload={
@@ -1026,18 +1025,17 @@ def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
         copies = [_step_copy(fork, step) for step in steps]
         Step.objects.bulk_create(copies)
         for copy in copies:
-            _event_append(
+            event_append(
                 fork, type=EventType.STEP_COPIED, payload=_copied_payload(copy), actor=actor, at=now
             )
         fork.save()
-        _event_append(
+        event_append(
             original,
             type=EventType.RUN_FORKED,
             payload={"fork_run_id": str(fork.pk), "index": index, "by": by, "note": note},
             actor=actor,
             at=now,
         )
-        original.save(update_fields=["event_seq", "event_head", "updated_at"])
         transaction.on_commit(
             lambda: run_resumable.send(
                 sender=Run, run_id=fork.pk, agent=fork.agent, reason="forked"
