@@ -213,6 +213,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.tasks.redispatch_idle_runs",
         "schedule": timedelta(seconds=max(LEDGER_REDISPATCH_IDLE_SECONDS // 4, 5)),
     },
+    # steps nobody approved before their rule's expiry become denied (action "expire")
+    "expire-approvals": {
+        "task": "runs.tasks.expire_approvals",
+        "schedule": timedelta(seconds=LEDGER_REAPER_INTERVAL_SECONDS),
+    },
     "prune-idempotency-keys": {
         "task": "tools.tasks.prune_idempotency_keys",
         "schedule": timedelta(hours=1),

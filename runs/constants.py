@@ -21,6 +21,9 @@ class StepState(models.TextChoices):
     INTERRUPTED = "interrupted"
     UNKNOWN = "unknown"
     ABANDONED = "abandoned"
+    # a write intent an approval rule matched: it runs only after people approve it
+    AWAITING_APPROVAL = "awaiting_approval"
+    DENIED = "denied"
 
 
 class StepKind(models.TextChoices):
@@ -40,9 +43,28 @@ class EnforcedBy(models.TextChoices):
 
 
 class Resolution(models.TextChoices):
+    """A supervisor's decision on an `unknown` step."""
+
     SENT = "sent"
     RETRY = "retry"
     ABANDON = "abandon"
+
+
+class ResolutionAction(models.TextChoices):
+    """What a step's `resolution.action` may hold: a Resolution, or the end of an approval."""
+
+    SENT = "sent"
+    RETRY = "retry"
+    ABANDON = "abandon"
+    DENY = "deny"  # a person denied the step before it ran
+    EXPIRE = "expire"  # nobody decided before the rule's expiry
+
+
+class ApprovalOutcome(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
 
 
 LIVE_STATUSES = frozenset(
@@ -79,8 +101,17 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
 
 STEP_TRANSITIONS: dict[str, frozenset[str]] = {
     StepState.INTENT: frozenset(
-        {StepState.DONE, StepState.ERROR, StepState.INTERRUPTED, StepState.UNKNOWN}
+        {
+            StepState.DONE,
+            StepState.ERROR,
+            StepState.INTERRUPTED,
+            StepState.UNKNOWN,
+            StepState.AWAITING_APPROVAL,  # in the same call, when an approval rule matches
+        }
     ),
+    # approved: back to `intent` (not yet handed to a worker: executions = 0); or denied/expired
+    StepState.AWAITING_APPROVAL: frozenset({StepState.INTENT, StepState.DENIED}),
+    StepState.DENIED: frozenset(),
     # an interrupted step is re-executed: a new intent, or (read steps) intent+outcome at once
     StepState.INTERRUPTED: frozenset({StepState.INTENT, StepState.DONE, StepState.ERROR}),
     StepState.UNKNOWN: frozenset({StepState.DONE, StepState.INTERRUPTED, StepState.ABANDONED}),
@@ -113,3 +144,7 @@ class EventType(models.TextChoices):
     RUN_ABANDONED = "run_abandoned"
     BUDGET_EXCEEDED = "budget_exceeded"
     LIMITS_RAISED = "limits_raised"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_GIVEN = "approval_given"
+    STEP_APPROVED = "step_approved"
+    STEP_DENIED = "step_denied"

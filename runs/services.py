@@ -4,6 +4,7 @@ The caller of a private `_` helper holds the run's row lock (SELECT ... FOR UPDA
 services take it themselves through `lock_objects.run_for_update`.
 """
 
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -21,14 +22,16 @@ from runs.constants import (
     FINAL_STATUSES,
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
+    ApprovalOutcome,
     Effect,
     EnforcedBy,
     Resolution,
+    ResolutionAction,
     RunStatus,
     StepState,
 )
 from runs.lock_objects import run_for_update
-from runs.models import BudgetPolicy, Event, Run, Step
+from runs.models import Approval, ApprovalRequest, BudgetPolicy, Event, Run, Step
 from runs.recovery import key_state_lookup
 from runs.signals import run_resumable
 
@@ -269,7 +272,12 @@ def _recover_open_intents(run: Run, *, actor: str, now: datetime) -> list[Step]:
             "name": step.name,
             "idempotency_key": step.idempotency_key,
         }
-        if step.effect == Effect.READ or step.enforced_by == EnforcedBy.TOOL:
+        if step.executions == 0:
+            # approved while no worker waited for it: never handed out, so it never ran
+            _step_move(step, StepState.INTERRUPTED)
+            event_type = "step_interrupted"
+            payload["why"] = "approved; no worker had taken it yet"
+        elif step.effect == Effect.READ or step.enforced_by == EnforcedBy.TOOL:
             _step_move(step, StepState.INTERRUPTED)
             event_type = "step_interrupted"
         elif step.enforced_by == EnforcedBy.NOBODY:
@@ -947,3 +955,284 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
             _resume_after_review(run, actor=f"user:{by}", now=now, why="limits_raised")
         run.save()
         return run
+
+
+# --- approvals --------------------------------------------------------------------------------
+
+
+def _note_required(note: str) -> str:
+    if not note or not note.strip():
+        raise ApplicationError(
+            "validation_error",
+            "A note is required.",
+            status_code=400,
+            details={"note": ["Required."]},
+        )
+    return note.strip()
+
+
+def _approval_locked(run_id: UUID | str, index: int) -> tuple[Run, Step, ApprovalRequest]:
+    """The run (locked, as everywhere: run first), its step and the step's approval request."""
+    run = run_for_update(run_id)
+    step = Step.objects.select_for_update().filter(run=run, index=index).first()
+    request = (
+        ApprovalRequest.objects.select_for_update().filter(step=step).first() if step else None
+    )
+    if step is None or request is None:
+        raise ApplicationError(
+            "not_found", f"Run {run_id} has no step {index} waiting for approval.", status_code=404
+        )
+    return run, step, request
+
+
+def _approval_refusal(run: Run, step: Step, request: ApprovalRequest) -> ApplicationError | None:
+    """Why this request takes no decision any more (who decided, and when), or None."""
+    at = f"{request.decided_at:%Y-%m-%d %H:%M:%S} UTC" if request.decided_at else ""
+    if request.outcome == ApprovalOutcome.DENIED:
+        return ApplicationError(
+            "approval_decided",
+            f"{step.resolution_by} already denied this step at {at}: {step.resolution_note}",
+            details={"outcome": request.outcome, "by": step.resolution_by, "at": at},
+        )
+    if request.outcome == ApprovalOutcome.EXPIRED:
+        return ApplicationError(
+            "approval_decided",
+            f"Nobody decided in time: the approval expired at {at}.",
+            details={"outcome": request.outcome, "at": at},
+        )
+    if request.outcome == ApprovalOutcome.APPROVED:
+        names = ", ".join(a.by for a in request.approvals.all())
+        return ApplicationError(
+            "approval_decided",
+            f"Already approved by {names} at {at}.",
+            details={"outcome": request.outcome, "by": names, "at": at},
+        )
+    if run.status in FINAL_STATUSES:
+        finished = f"{run.finished_at:%Y-%m-%d %H:%M:%S} UTC" if run.finished_at else "earlier"
+        return ApplicationError(
+            "run_finished",
+            f"The run is {run.status} (since {finished}); there is nothing to approve.",
+            details={"status": run.status},
+        )
+    return None
+
+
+def _approval_end(
+    run: Run,
+    step: Step,
+    request: ApprovalRequest,
+    *,
+    action: str,
+    by: str,
+    note: str,
+    actor: str,
+    now: datetime,
+) -> None:
+    """awaiting_approval → denied (a person's `deny`, or `expire`). Caller holds the locks."""
+    _step_move(step, StepState.DENIED)
+    step.resolution_action = action
+    step.resolution_by = by
+    step.resolution_note = note
+    step.resolution_at = now
+    step.outcome_at = now
+    step.claimed_by = None
+    step.claim_expires_at = None
+    step.save()
+    request.outcome = (
+        ApprovalOutcome.EXPIRED if action == ResolutionAction.EXPIRE else ApprovalOutcome.DENIED
+    )
+    request.decided_at = now
+    request.save(update_fields=["outcome", "decided_at"])
+    _event_append(
+        run,
+        type="step_denied",
+        payload={
+            "index": step.index,
+            "by": by,
+            "note": note,
+            "expired": action == ResolutionAction.EXPIRE,
+        },
+        actor=actor,
+        at=now,
+    )
+    _wake_worker(run, now=now, why="approval_decided")
+
+
+def _wake_worker(run: Run, *, now: datetime, why: str) -> None:
+    """After a decision: a run nobody holds a live lease on is offered to the workers again (a
+    worker that waits sees the decision itself)."""
+    if run.status in FINAL_STATUSES:
+        return
+    if run.lease_expires_at is not None and run.lease_expires_at > now:
+        return
+    transaction.on_commit(
+        lambda: run_resumable.send(sender=Run, run_id=run.pk, agent=run.agent, reason=why)
+    )
+
+
+def _expire_if_due(
+    run: Run, step: Step, request: ApprovalRequest, *, now: datetime
+) -> ApplicationError | None:
+    if (
+        request.outcome != ApprovalOutcome.PENDING
+        or request.expires_at is None
+        or request.expires_at > now
+    ):
+        return None
+    note = f"No decision before {request.expires_at:%Y-%m-%d %H:%M:%S} UTC."
+    _approval_end(
+        run,
+        step,
+        request,
+        action=ResolutionAction.EXPIRE,
+        by="system:expiry",
+        note=note,
+        actor="system:approvals",
+        now=now,
+    )
+    run.save()
+    return _approval_refusal(run, step, request)
+
+
+def step_approve(*, run_id: UUID | str, index: int, by: str, note: str = "") -> Step:
+    """One person's approval of a step waiting for it; the last one needed moves it to `intent`.
+
+    The approval is bound to the step's (run, index, arguments hash) and used once: the step
+    becomes an intent with `executions = 0` ("approved, not yet handed out"); the worker's
+    next intent call for that index takes it (runs/sql/0005_approvals.sql). Refused, with who
+    and when: a request already decided (denied, expired, approved), one this person already
+    approved (two approvals need two people), a finished run. An expired request is recorded
+    as expired (committed) and then refused.
+    """
+    refusal: ApplicationError | None = None
+    with transaction.atomic():
+        run, step, request = _approval_locked(run_id, index)
+        now = clock.now()
+        refusal = _approval_refusal(run, step, request) or _expire_if_due(
+            run, step, request, now=now
+        )
+        if refusal is None:
+            given = list(request.approvals.all())
+            mine = next((a for a in given if a.by == by), None)
+            if mine is not None:
+                raise ApplicationError(
+                    "already_approved",
+                    f"You approved this step at {mine.at:%Y-%m-%d %H:%M:%S} UTC; "
+                    f"it needs {request.approvals_required} different people.",
+                    details={"by": by, "at": mine.at.isoformat()},
+                )
+            if step.arguments_hash != request.arguments_hash:  # bound to what people saw
+                raise ApplicationError(
+                    "not_found", "The step's arguments changed.", status_code=404
+                )
+            Approval.objects.create(request=request, by=by, note=note.strip(), at=now)
+            count = len(given) + 1
+            _event_append(
+                run,
+                type="approval_given",
+                payload={
+                    "index": index,
+                    "by": by,
+                    "note": note.strip(),
+                    "arguments_hash": request.arguments_hash,
+                    "approvals": count,
+                    "approvals_required": request.approvals_required,
+                },
+                actor=f"user:{by}",
+                at=now,
+            )
+            if count >= request.approvals_required:
+                _step_move(step, StepState.INTENT)
+                step.executions = 0
+                step.claimed_by = None
+                step.claim_expires_at = None
+                step.save()
+                request.outcome = ApprovalOutcome.APPROVED
+                request.decided_at = now
+                request.save(update_fields=["outcome", "decided_at"])
+                _event_append(
+                    run,
+                    type="step_approved",
+                    payload={
+                        "index": index,
+                        "arguments_hash": request.arguments_hash,
+                        "by": [a.by for a in given] + [by],
+                    },
+                    actor=f"user:{by}",
+                    at=now,
+                )
+                _wake_worker(run, now=now, why="approved")
+            run.save()
+            return step
+    assert refusal is not None
+    raise refusal
+
+
+def step_deny(*, run_id: UUID | str, index: int, by: str, note: str) -> Step:
+    """A person's denial: the step becomes `denied` with the note; the worker's next call for
+    it is refused with `approval_denied`. Refused like `step_approve` when already decided."""
+    note = _note_required(note)
+    refusal: ApplicationError | None = None
+    with transaction.atomic():
+        run, step, request = _approval_locked(run_id, index)
+        now = clock.now()
+        refusal = _approval_refusal(run, step, request) or _expire_if_due(
+            run, step, request, now=now
+        )
+        if refusal is None:
+            _approval_end(
+                run,
+                step,
+                request,
+                action=ResolutionAction.DENY,
+                by=by,
+                note=note,
+                actor=f"user:{by}",
+                now=now,
+            )
+            run.save()
+            return step
+    assert refusal is not None
+    raise refusal
+
+
+def step_wait_decided(*, run_id: UUID | str, index: int, wait_seconds: int) -> Step:
+    """The step; while it is awaiting_approval, up to `wait_seconds` for a decision (the worker's
+    long poll: one request, a cheap indexed read twice a second, never inside a transaction).
+    An approval past its expiry is expired here too, so a waiting worker learns it at once."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        step = Step.objects.filter(run_id=run_id, index=index).first()
+        if step is None:
+            raise ApplicationError(
+                "not_found", f"Run {run_id} has no step {index}.", status_code=404
+            )
+        if step.state != StepState.AWAITING_APPROVAL:
+            return step
+        request = ApprovalRequest.objects.filter(step=step).first()
+        now = clock.now()
+        if request is not None and request.expires_at is not None and request.expires_at <= now:
+            with transaction.atomic():
+                run, locked, request = _approval_locked(run_id, index)
+                _expire_if_due(run, locked, request, now=now)
+            continue
+        if time.monotonic() >= deadline:
+            return step
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+def approvals_expire_due(*, limit: int = 500) -> int:
+    """Beat: pending approvals past their expiry become `denied` (action `expire`)."""
+    now = clock.now()
+    due = list(
+        ApprovalRequest.objects.filter(outcome=ApprovalOutcome.PENDING, expires_at__lte=now)
+        .order_by("expires_at")
+        .values_list("step__run_id", "step__index")[:limit]
+    )
+    expired = 0
+    for run_id, index in due:
+        with transaction.atomic():
+            run, step, request = _approval_locked(run_id, index)
+            if _expire_if_due(run, step, request, now=clock.now()) is not None:
+                expired += 1
+    return expired
