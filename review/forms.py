@@ -6,7 +6,7 @@ from typing import Any
 from django import forms
 
 from runs.constants import Resolution, RunStatus
-from runs.models import BudgetPolicy
+from runs.models import ApprovalRule, BudgetPolicy
 
 
 class RunFilterForm(forms.Form):
@@ -38,6 +38,9 @@ def _note_field() -> forms.CharField:
 class ResolveForm(forms.Form):
     action = forms.ChoiceField(choices=Resolution.choices)
     note = _note_field()
+    confirm_repeat = forms.BooleanField(
+        required=False, label="I understand the effect may happen twice"
+    )
     result = forms.CharField(
         required=False,
         label="Observed result (JSON, optional)",
@@ -60,6 +63,46 @@ class ResolveForm(forms.Form):
         if data.get("result") is not None and data.get("action") != Resolution.SENT:
             self.add_error("result", "An observed result only goes with 'mark as sent'.")
         return data
+
+
+class ApproveForm(forms.Form):
+    note = forms.CharField(required=False, max_length=4000, strip=True)
+
+
+class DenyForm(forms.Form):
+    note = forms.CharField(
+        required=True,
+        max_length=4000,
+        strip=True,
+        error_messages={"required": "A note is required to deny: say why it must not run."},
+    )
+
+
+class ApprovalRuleForm(forms.ModelForm):
+    note = forms.CharField(required=False, max_length=2000, label="Note (for the audit log)")
+
+    class Meta:
+        model = ApprovalRule
+        fields = ["agent", "tool_pattern", "approvals_required", "expires_after_seconds", "active"]
+        labels = {
+            "agent": "Agent (empty: every agent)",
+            "tool_pattern": "Tool name pattern (* matches any text, e.g. email.*)",
+            "approvals_required": "Approvals required",
+            "expires_after_seconds": "Expires after (seconds, at least 60; empty: never)",
+            "active": "Active",
+        }
+        widgets = {
+            "approvals_required": forms.Select(choices=[(1, "1 person"), (2, "2 different people")])
+        }
+
+    def clean_agent(self) -> str:
+        return (self.cleaned_data.get("agent") or "").strip()
+
+    def clean_tool_pattern(self) -> str:
+        pattern = (self.cleaned_data.get("tool_pattern") or "").strip()
+        if not pattern:
+            raise forms.ValidationError("Name a tool, or a pattern such as email.*")
+        return pattern
 
 
 class DecideForm(forms.Form):

@@ -28,10 +28,14 @@ def review_runs_without_unknown() -> QuerySet[Run]:
     )
 
 
+DESK_STATES = (StepState.UNKNOWN, StepState.AWAITING_APPROVAL)
+
+
 def waiting_count() -> int:
-    """Unknown steps (step_unknown_idx) plus runs in review with no unknown step (crash loops)."""
+    """Unknown steps (step_unknown_idx), steps awaiting approval (step_awaiting_approval_idx),
+    plus runs in review with no unknown step (crash loops)."""
     return (
-        Step.objects.filter(state=StepState.UNKNOWN).count() + review_runs_without_unknown().count()
+        Step.objects.filter(state__in=DESK_STATES).count() + review_runs_without_unknown().count()
     )
 
 
@@ -145,10 +149,11 @@ QUEUE_PAGE = 50
 
 
 def queue_steps(*, limit: int = QUEUE_PAGE) -> list[Step]:
-    """Unknown steps oldest first (step_unknown_idx), with their run and claimant."""
+    """Unknown steps and steps awaiting approval, oldest first, with their run, claimant and
+    approval request (the two partial indexes on intent_at)."""
     return list(
-        Step.objects.filter(state=StepState.UNKNOWN)
-        .select_related("run", "claimed_by")
+        Step.objects.filter(state__in=DESK_STATES)
+        .select_related("run", "claimed_by", "approval_request")
         .order_by("intent_at", "pk")[:limit]
     )
 

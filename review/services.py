@@ -22,9 +22,15 @@ from review.models import Escalation, LoginFailure
 from review.roles import SUPERVISORS
 from runs import clock
 from runs.api_errors import ApplicationError
-from runs.constants import RunStatus, StepState
-from runs.models import BudgetPolicy, Run, Step, WorkerToken
-from runs.services import run_limits_raise, run_review_decide, step_resolve
+from runs.constants import EnforcedBy, Resolution, RunStatus, StepState
+from runs.models import ApprovalRule, BudgetPolicy, Run, Step, WorkerToken
+from runs.services import (
+    run_limits_raise,
+    run_review_decide,
+    step_approve,
+    step_deny,
+    step_resolve,
+)
 from runs.tokens import worker_token_create, worker_token_revoke
 
 
@@ -51,9 +57,27 @@ def review_step_resolve(
     action: str,
     note: str,
     result: Any = None,
+    confirmed_may_repeat: bool = False,
 ) -> Step:
-    """Resolve an unknown step (sent/retry/abandon); refused while another person holds a claim."""
+    """Resolve an unknown step (sent/retry/abandon); refused while another person holds a claim.
+
+    A retry of a step nobody enforces may make the effect happen twice (the tool cannot tell a
+    repeat): it needs `confirmed_may_repeat`, and the audit entry records the confirmation.
+    """
     with transaction.atomic():
+        step_now = Step.objects.filter(run_id=run_id, index=index).only("enforced_by").first()
+        risky = (
+            action == Resolution.RETRY
+            and step_now is not None
+            and step_now.enforced_by == EnforcedBy.NOBODY
+        )
+        if risky and not confirmed_may_repeat:
+            raise ApplicationError(
+                "confirmation_required",
+                "Nobody enforces this tool's idempotency: a retry may make it happen twice "
+                "(a second email to the customer). Confirm that this is acceptable.",
+                details={"confirm": ["Required for a retry of a step enforced by nobody."]},
+            )
         claimed = (
             Step.objects.select_related("claimed_by")
             .filter(run_id=run_id, index=index, claim_expires_at__gt=clock.now())
@@ -89,7 +113,43 @@ def review_step_resolve(
                 "result": result,
                 "step": step.name,
                 "idempotency_key": step.idempotency_key,
+                **({"confirmed_may_repeat": True} if risky else {}),
             },
+        )
+        return step
+
+
+def review_step_approve(
+    *, user: AbstractBaseUser, run_id: UUID | str, index: int, note: str = ""
+) -> Step:
+    """One person's approval of a step waiting for it, with its audit entry."""
+    with transaction.atomic():
+        step = step_approve(run_id=run_id, index=index, by=user.get_username(), note=note)
+        audit_record(
+            actor=user,
+            action="step.approve",
+            target=_step_target(run_id, index),
+            note=note,
+            details={
+                "run_id": str(run_id),
+                "index": index,
+                "step": step.name,
+                "arguments_hash": step.arguments_hash,
+                "state": step.state,
+            },
+        )
+        return step
+
+
+def review_step_deny(*, user: AbstractBaseUser, run_id: UUID | str, index: int, note: str) -> Step:
+    with transaction.atomic():
+        step = step_deny(run_id=run_id, index=index, by=user.get_username(), note=note)
+        audit_record(
+            actor=user,
+            action="step.deny",
+            target=_step_target(run_id, index),
+            note=note,
+            details={"run_id": str(run_id), "index": index, "step": step.name},
         )
         return step
 
@@ -105,7 +165,7 @@ def review_step_claim(*, user: AbstractBaseUser, run_id: UUID | str, index: int)
         )
         if step is None:
             raise ApplicationError("not_found", "No such step.", status_code=404)
-        if step.state != StepState.UNKNOWN:
+        if step.state not in (StepState.UNKNOWN, StepState.AWAITING_APPROVAL):
             raise ApplicationError(
                 "not_unknown", f"Step {index} is {step.state}; there is nothing to claim."
             )
@@ -257,6 +317,43 @@ def budget_policy_save(
             target=f"policy:{target.pk}",
             note=str(values.get("note", "")),
             details={"before": before, "after": _policy_values(target)},
+        )
+        return target
+
+
+# --- approval rules ----------------------------------------------------------------------------
+
+RULE_FIELDS = ("agent", "tool_pattern", "approvals_required", "expires_after_seconds", "active")
+
+
+def approval_rule_save(
+    *, user: AbstractBaseUser, rule: ApprovalRule | None, values: dict[str, Any]
+) -> ApprovalRule:
+    """Create or edit an approval rule, audited. New write intents see it at once; steps
+    already waiting keep the request they were given."""
+    with transaction.atomic():
+        creating = rule is None
+        before = None if rule is None else {f: getattr(rule, f) for f in RULE_FIELDS}
+        target = rule or ApprovalRule(created_by=user.get_username())
+        for field in RULE_FIELDS:
+            if field in values:
+                setattr(target, field, values[field])
+        try:
+            with transaction.atomic():
+                target.save()
+        except IntegrityError as exc:
+            raise ApplicationError(
+                "validation_error",
+                "A rule for this agent and tool pattern exists already.",
+                status_code=400,
+                details={"tool_pattern": ["Already has a rule."]},
+            ) from exc
+        audit_record(
+            actor=user,
+            action="approval_rule.create" if creating else "approval_rule.update",
+            target=f"approval_rule:{target.pk}",
+            note=str(values.get("note", "")),
+            details={"before": before, "after": {f: getattr(target, f) for f in RULE_FIELDS}},
         )
         return target
 

@@ -23,8 +23,11 @@ from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 from review import selectors, services, toolside
 from review.audit import AuditEntry
 from review.forms import (
+    ApprovalRuleForm,
+    ApproveForm,
     AuditFilterForm,
     DecideForm,
+    DenyForm,
     LimitsForm,
     PolicyForm,
     ResolveForm,
@@ -36,7 +39,7 @@ from runs import clock
 from runs.api_errors import ApplicationError
 from runs.chain import run_chain_breaks
 from runs.constants import FINAL_STATUSES, LIVE_STATUSES, RunStatus, StepState
-from runs.models import BudgetPolicy, Event, Run, Step, WorkerToken
+from runs.models import ApprovalRule, BudgetPolicy, Event, Run, Step, WorkerToken
 from runs.services import budget_of
 
 View = Callable[..., HttpResponse]
@@ -367,6 +370,8 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
         and step.claim_expires_at is not None
         and step.claim_expires_at > now
     )
+    approval = _approval_context(step, request, now)
+    approvals = len(approval["given"]) if approval else 0
     return {
         "nav": "queue",
         "step": step,
@@ -382,10 +387,29 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
         "claimed_by_me": claim_live and step.claimed_by_id == request.user.pk,
         # what the open page shows; its poll swaps only when this changes (a note being
         # typed is not wiped every few seconds)
-        "seen": f"{step.state}:{step.claimed_by_id or 0}:{int(claim_live)}",
+        "seen": f"{step.state}:{step.claimed_by_id or 0}:{int(claim_live)}:{approvals}",
         "can_resolve": request.user.has_perm("review.resolve"),
+        "approval": approval,
         "form": extra.pop("form", None) or ResolveForm(),
         **extra,
+    }
+
+
+def _approval_context(step: Step, request: HttpRequest, now: Any) -> dict[str, Any] | None:
+    """What the approval box shows: who approved, how many are needed, the expiry."""
+    approval_request = getattr(step, "approval_request", None)
+    if approval_request is None:
+        return None
+    given = list(approval_request.approvals.all())
+    username = request.user.get_username()
+    return {
+        "request": approval_request,
+        "given": given,
+        "missing": max(0, approval_request.approvals_required - len(given)),
+        "mine": next((a for a in given if a.by == username), None),
+        "expires_in": (approval_request.expires_at - now).total_seconds()
+        if approval_request.expires_at
+        else None,
     }
 
 
@@ -398,7 +422,9 @@ def queue_item(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
         if request.GET.get("seen") == context["seen"]:
             return HttpResponse(status=204)  # nothing changed: htmx keeps the page as it is
         response = render(request, "review/item.html#decision", context)
-        return _stop_polling_if(response, step.state != StepState.UNKNOWN)
+        return _stop_polling_if(
+            response, step.state not in (StepState.UNKNOWN, StepState.AWAITING_APPROVAL)
+        )
     return render(request, "review/item.html", context)
 
 
@@ -439,11 +465,51 @@ def queue_resolve(request: HttpRequest, run_id: UUID, index: int) -> HttpRespons
             action=action,
             note=form.cleaned_data["note"],
             result=form.cleaned_data["result"],
+            confirmed_may_repeat=form.cleaned_data["confirm_repeat"],
         )
     except ApplicationError as exc:
         return _item_response(request, step, error=exc.message, form=form)
     done = {"sent": "marked as sent", "retry": "sent back for retry", "abandon": "abandoned"}
     return _item_response(request, step, ok=f"Step {index} {done[action]}.")
+
+
+@require_POST
+@require_perm("resolve")
+def queue_approve(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
+    step = _get_step(run_id, index)
+    form = ApproveForm(request.POST)
+    form.is_valid()
+    try:
+        approved = services.review_step_approve(
+            user=request.user,  # type: ignore[arg-type]
+            run_id=run_id,
+            index=index,
+            note=form.cleaned_data.get("note", ""),
+        )
+    except ApplicationError as exc:
+        return _item_response(request, step, error=exc.message)
+    if approved.state == StepState.AWAITING_APPROVAL:
+        return _item_response(request, step, ok="Your approval is recorded; one more is needed.")
+    return _item_response(request, step, ok=f"Step {index} approved: the agent may run it now.")
+
+
+@require_POST
+@require_perm("resolve")
+def queue_deny(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
+    step = _get_step(run_id, index)
+    form = DenyForm(request.POST)
+    if not form.is_valid():
+        return _item_response(request, step, error=_form_errors(form))
+    try:
+        services.review_step_deny(
+            user=request.user,  # type: ignore[arg-type]
+            run_id=run_id,
+            index=index,
+            note=form.cleaned_data["note"],
+        )
+    except ApplicationError as exc:
+        return _item_response(request, step, error=exc.message)
+    return _item_response(request, step, ok=f"Step {index} denied: it will not run.")
 
 
 @require_POST
@@ -504,6 +570,46 @@ def policy_edit(request: HttpRequest, policy_id: int | None = None) -> HttpRespo
             return HttpResponseRedirect(reverse("review:policies"))
     return render(
         request, "review/policy_form.html", {"nav": "policies", "form": form, "policy": policy}
+    )
+
+
+# --- approval rules -----------------------------------------------------------------------------
+
+
+@require_GET
+@require_perm("manage_policies")
+def approval_rules(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "review/approval_rules.html",
+        {"nav": "policies", "rules": list(ApprovalRule.objects.order_by("agent", "tool_pattern"))},
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@require_perm("manage_policies")
+def approval_rule_edit(request: HttpRequest, rule_id: int | None = None) -> HttpResponse:
+    rule = get_object_or_404(ApprovalRule, pk=rule_id) if rule_id else None
+    form = ApprovalRuleForm(request.POST or None, instance=rule)
+    if request.method == "POST" and form.is_valid():
+        values = {f: form.cleaned_data[f] for f in services.RULE_FIELDS}
+        values["note"] = form.cleaned_data.get("note", "")
+        try:
+            services.approval_rule_save(
+                user=request.user,  # type: ignore[arg-type]
+                rule=ApprovalRule.objects.get(pk=rule.pk) if rule else None,
+                values=values,
+            )
+        except ApplicationError as exc:
+            form.add_error(None, _error_text(exc))
+        else:
+            messages.success(request, "Approval rule saved.")
+            return HttpResponseRedirect(reverse("review:approval_rules"))
+    return render(
+        request,
+        "review/approval_rule_form.html",
+        {"nav": "policies", "form": form, "rule": rule},
+        status=400 if request.method == "POST" else 200,
     )
 
 

@@ -264,14 +264,19 @@ class ApprovalRule(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["agent", "tool_pattern"], name="approval_rule_unique_per_agent_tool"
+                fields=["agent", "tool_pattern"],
+                name="approval_rule_unique_per_agent_tool",
+                violation_error_message="This agent already has a rule for this tool pattern.",
             ),
             models.CheckConstraint(
-                condition=Q(approvals_required__in=[1, 2]), name="approval_rule_one_or_two"
+                condition=Q(approvals_required__in=[1, 2]),
+                name="approval_rule_one_or_two",
+                violation_error_message="A rule requires 1 or 2 approvals.",
             ),
             models.CheckConstraint(
                 condition=Q(expires_after_seconds__isnull=True) | Q(expires_after_seconds__gte=60),
                 name="approval_rule_expiry_sane",
+                violation_error_message="An expiry is at least 60 seconds (or empty: never).",
             ),
         ]
         ordering = ["agent", "tool_pattern"]

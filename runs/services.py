@@ -13,7 +13,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from runs import clock, kernel
 from runs.api_errors import ApplicationError
@@ -609,6 +609,10 @@ def run_fail(*, run_id: UUID | str, epoch: int, error: Any, actor: str) -> Run:
 # --- background enforcement -----------------------------------------------------------------
 
 
+def _awaits_approval(run_id: UUID | str) -> bool:
+    return Step.objects.filter(run_id=run_id, state=StepState.AWAITING_APPROVAL).exists()
+
+
 def run_lease_expire(*, run_id: UUID | str, actor: str = "system:reaper") -> Run | None:
     """The reaper's work for one run: recovery rules, a new epoch that fences the lost worker."""
     with transaction.atomic():
@@ -644,7 +648,8 @@ def run_lease_expire(*, run_id: UUID | str, actor: str = "system:reaper") -> Run
             run.lease_worker = None
             run.lease_expires_at = None
         run.save()
-        if run.status == RunStatus.INTERRUPTED:
+        if run.status == RunStatus.INTERRUPTED and not _awaits_approval(run.pk):
+            # (a run whose step waits for people is offered again by the decision itself)
             transaction.on_commit(
                 lambda: run_resumable.send(
                     sender=Run, run_id=run.pk, agent=run.agent, reason="interrupted"
@@ -679,8 +684,12 @@ def runs_redispatch_idle(*, idle_seconds: int | None = None, limit: int = 500) -
     nobody_on_it = Q(status__in=[RunStatus.PENDING, RunStatus.INTERRUPTED]) | Q(
         status=RunStatus.RUNNING, lease_worker__isnull=True
     )
+    waiting_for_people = Step.objects.filter(
+        run_id=OuterRef("pk"), state=StepState.AWAITING_APPROVAL
+    )
     candidates = list(
         Run.objects.filter(nobody_on_it, updated_at__lt=cutoff)
+        .exclude(Exists(waiting_for_people))
         .order_by("updated_at")
         .values_list("pk", "agent")[:limit]
     )

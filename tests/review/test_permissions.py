@@ -58,7 +58,7 @@ ACTIONS = [
         "post",
         lambda u, c: _item(u) + "/resolve",
         RESOLVE,
-        lambda u, c: {"action": "retry", "note": "not in the mail log"},
+        lambda u, c: {"action": "retry", "note": "not in the mail log", "confirm_repeat": "on"},
         "step.resolve.retry",
     ),
     Action(
