@@ -103,8 +103,12 @@ class Transport:
         last: str = ""
         while True:
             try:
-                extra = {} if timeout is None else {"timeout": timeout}
-                response = self.client.request(method, path, json=json, headers=headers, **extra)
+                if timeout is None:
+                    response = self.client.request(method, path, json=json, headers=headers)
+                else:
+                    response = self.client.request(
+                        method, path, json=json, headers=headers, timeout=timeout
+                    )
             except httpx.TransportError as exc:
                 never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
                 last = f"{type(exc).__name__}: {exc}"
