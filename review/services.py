@@ -25,6 +25,7 @@ from runs.api_errors import ApplicationError
 from runs.constants import EnforcedBy, Resolution, RunStatus, StepState
 from runs.models import ApprovalRule, BudgetPolicy, Run, Step, WorkerToken
 from runs.services import (
+    approval_expire_if_due,
     run_limits_raise,
     run_review_decide,
     step_approve,
@@ -123,6 +124,7 @@ def review_step_approve(
     *, user: AbstractBaseUser, run_id: UUID | str, index: int, note: str = ""
 ) -> Step:
     """One person's approval of a step waiting for it, with its audit entry."""
+    approval_expire_if_due(run_id=run_id, index=index)  # recorded even if the approval is refused
     with transaction.atomic():
         step = step_approve(run_id=run_id, index=index, by=user.get_username(), note=note)
         audit_record(
@@ -142,6 +144,7 @@ def review_step_approve(
 
 
 def review_step_deny(*, user: AbstractBaseUser, run_id: UUID | str, index: int, note: str) -> Step:
+    approval_expire_if_due(run_id=run_id, index=index)
     with transaction.atomic():
         step = step_deny(run_id=run_id, index=index, by=user.get_username(), note=note)
         audit_record(

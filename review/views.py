@@ -20,7 +20,7 @@ from django.urls import reverse, reverse_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 
-from review import selectors, services, toolside
+from review import evidence, selectors, services, toolside
 from review.audit import AuditEntry
 from review.forms import (
     ApprovalRuleForm,
@@ -361,10 +361,12 @@ def _get_step(run_id: UUID, index: int) -> Step:
 
 def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, Any]:
     now = clock.now()
+    # every step before it (shown collapsed): a decision may hinge on step 3 of 40
     previous = list(
-        Step.objects.filter(run_id=step.run_id, index__lt=step.index).order_by("-index")[:10]
+        Step.objects.filter(run_id=step.run_id, index__lt=step.index)
+        .order_by("index")
+        .defer("arguments")
     )
-    previous.reverse()
     claim_live = (
         step.claimed_by_id is not None
         and step.claim_expires_at is not None
@@ -372,12 +374,14 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
     )
     approval = _approval_context(step, request, now)
     approvals = len(approval["given"]) if approval else 0
+    key = toolside.key_state(step.idempotency_key) if step.effect == "write" else None
     return {
         "nav": "queue",
         "step": step,
         "run": step.run,
         "previous": previous,
-        "key": toolside.key_state(step.idempotency_key) if step.effect == "write" else None,
+        "key": key,
+        "evidence": evidence.step_evidence(step, key),
         "concerns": toolside.concerned_records(step.arguments),
         "waited": (now - step.intent_at).total_seconds(),
         "level": selectors.sla_level(

@@ -1230,6 +1230,16 @@ def step_wait_decided(*, run_id: UUID | str, index: int, wait_seconds: int) -> S
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
+def approval_expire_if_due(*, run_id: UUID | str, index: int) -> bool:
+    """Expire one step's approval when its time is up (its own transaction); True if it did.
+
+    Callers that decide inside a transaction of their own (the desk, with its audit entry) call
+    this first, so the expiry stays recorded when their decision is then refused."""
+    with transaction.atomic():
+        run, step, request = _approval_locked(run_id, index)
+        return _expire_if_due(run, step, request, now=clock.now()) is not None
+
+
 def approvals_expire_due(*, limit: int = 500) -> int:
     """Beat: pending approvals past their expiry become `denied` (action `expire`)."""
     now = clock.now()
