@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",  # trigram indexes for the dashboard search
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -292,6 +293,7 @@ LEDGER_TOKEN = os.environ.get("LEDGER_TOKEN", "")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"forbidden_one_line": {"()": "review.logging.ForbiddenWithoutTraceback"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["forbidden_one_line"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }

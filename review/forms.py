@@ -20,7 +20,9 @@ class RunFilterForm(forms.Form):
         required=False,
         max_length=200,
         label="Search",
-        widget=forms.TextInput(attrs={"placeholder": "run id or external id", "type": "search"}),
+        widget=forms.TextInput(
+            attrs={"placeholder": "id or short id, ticket, external id, customer", "type": "search"}
+        ),
     )
     page = forms.IntegerField(required=False, min_value=1, max_value=10_000)
 

@@ -1,12 +1,15 @@
 """Reads for the dashboard pages: bounded, index-friendly queries (see the partial indexes in runs)."""
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, TextField
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 
 from runs.constants import RunStatus, StepState
 from runs.models import Event, Run, Step
@@ -65,15 +68,31 @@ def _over_80() -> Q:
     )
 
 
+_HEX_PREFIX = re.compile(r"^[0-9a-fA-F-]{4,36}$")
+
+
+def _search(q: str) -> Q:
+    """A whole id; the short id the list shows (a prefix, run_id_text_prefix_idx); part of an
+    external id such as the ticket `T-1004` (run_external_id_trgm_idx); part of the customer's
+    address in the run's input (run_customer_trgm_idx). Upper-cased like the indexes."""
+    try:
+        return Q(pk=uuid.UUID(q))
+    except ValueError:
+        pass
+    found = Q(external_id__icontains=q) | Q(customer__icontains=q)
+    if _HEX_PREFIX.match(q):
+        found |= Q(id_text__startswith=q.lower())
+    return found
+
+
 def runs_filtered(filters: RunFilters) -> QuerySet[Run]:
     """The runs list query: every filter maps onto one of the runs indexes, newest first."""
-    qs = Run.objects.all()
+    qs = Run.objects.annotate(
+        id_text=Cast("id", output_field=TextField()),
+        customer=KeyTextTransform("customer", "input"),
+    )
     if filters.q:
-        q = filters.q.strip()
-        try:
-            qs = qs.filter(Q(pk=uuid.UUID(q)) | Q(external_id=q))
-        except ValueError:
-            qs = qs.filter(external_id=q)
+        qs = qs.filter(_search(filters.q.strip()))
     if filters.status:
         qs = qs.filter(status=filters.status)
     if filters.agent:

@@ -430,14 +430,42 @@ def login_failure_record(*, username: str, ip: str) -> LoginFailure:
             row.first_failure_at = now
             row.locked_until = None
         row.failures += 1
+        locks = row.failures >= login_max_failures() and row.locked_until is None
         if row.failures >= login_max_failures():
             row.locked_until = now + window
         row.save()
+        audit_record(
+            actor="anonymous",
+            action="login.failed",
+            target=f"user:{username[:150]}",
+            details={"ip": ip, "failures": row.failures},
+        )
+        if locks:
+            assert row.locked_until is not None
+            audit_record(
+                actor="system:login",
+                action="login.lockout",
+                target=f"user:{username[:150]}",
+                details={"ip": ip, "until": row.locked_until.isoformat()},
+            )
         return row
 
 
-def login_success_clear(*, username: str, ip: str) -> None:
+def login_refused_record(*, username: str, ip: str, until: Any) -> None:
+    """A login attempt during a lockout: refused without checking the password, audited."""
+    audit_record(
+        actor="anonymous",
+        action="login.refused_locked",
+        target=f"user:{username[:150]}",
+        details={"ip": ip, "until": until.isoformat()},
+    )
+
+
+def login_success_clear(*, user: AbstractBaseUser, ip: str) -> None:
+    """A successful login: the failure counter goes, the audit log gets the login."""
+    username = user.get_username()
     LoginFailure.objects.filter(username=username.lower()[:150], ip=ip).delete()
+    audit_record(actor=user, action="login", target=f"user:{username}", details={"ip": ip})
 
 
 def login_failures_prune() -> int:

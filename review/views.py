@@ -13,7 +13,6 @@ from uuid import UUID
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
@@ -21,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 
 from review import evidence, selectors, services, toolside
-from review.audit import AuditEntry
+from review.audit import AuditEntry, audit_record
 from review.forms import (
     ApprovalRuleForm,
     ApproveForm,
@@ -53,12 +52,24 @@ def require_perm(codename: str) -> Callable[[View], View]:
         @login_required
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not request.user.has_perm(f"review.{codename}"):
-                raise PermissionDenied(f"You need the {codename} permission.")
+                return refused(request, codename)
             return view(request, *args, **kwargs)
 
         return wrapped
 
     return decorate
+
+
+def refused(request: HttpRequest, codename: str) -> HttpResponse:
+    """A 403 page, an audit entry, and one log line ("Forbidden: /path", from Django's request
+    log): an expected refusal is not an error with a traceback."""
+    audit_record(
+        actor=request.user,  # type: ignore[arg-type]
+        action="access.refused",
+        target=request.path[:300],
+        details={"method": request.method, "permission": codename},
+    )
+    return render(request, "403.html", {}, status=403)
 
 
 def _attempted_username(request: HttpRequest) -> str:
@@ -88,6 +99,7 @@ class LoginView(auth_views.LoginView):
         username = _attempted_username(request)
         until = services.login_locked_until(username=username, ip=_client_ip(request))
         if until is not None:
+            services.login_refused_record(username=username, ip=_client_ip(request), until=until)
             form = self.get_form()
             form.errors.clear()
             form.add_error(
@@ -106,9 +118,7 @@ class LoginView(auth_views.LoginView):
         return super().form_invalid(form)
 
     def form_valid(self, form: Any) -> HttpResponse:
-        services.login_success_clear(
-            username=form.get_user().get_username(), ip=_client_ip(self.request)
-        )
+        services.login_success_clear(user=form.get_user(), ip=_client_ip(self.request))
         return super().form_valid(form)
 
 
@@ -280,16 +290,33 @@ def run_limits(request: HttpRequest, run_id: UUID) -> HttpResponse:
         messages.error(request, _form_errors(form))
     else:
         try:
-            services.review_limits_raise(
+            raised = services.review_limits_raise(
                 user=request.user,  # type: ignore[arg-type]
                 run_id=run.pk,
                 note=form.cleaned_data["note"],
                 limits=form.limits(),
             )
-            messages.success(request, "Limits raised.")
+            messages.success(request, limits_outcome(raised))
         except ApplicationError as exc:
             messages.error(request, _error_text(exc))
     return HttpResponseRedirect(reverse("review:run", args=[run.pk]))
+
+
+def limits_outcome(run: Run) -> str:
+    """What raising limits did, and what still blocks the run if anything does."""
+    budget = budget_of(run)
+    if run.status == RunStatus.BUDGET_EXCEEDED:
+        limit = run.status_reason
+        used = budget["used"].get(limit)
+        cap = budget["limits"].get(limit)
+        spent = f" ({used} of {cap})" if used is not None else ""
+        return (
+            f"Limits raised, but the run is still stopped: its {limit} budget is spent{spent}. "
+            f"Raise {limit} too for it to resume."
+        )
+    if run.status == RunStatus.RUNNING:
+        return "Limits raised; the run resumes with the next lease."
+    return f"Limits raised; the run is {run.status}."
 
 
 def _form_errors(form: Any) -> str:
@@ -647,9 +674,14 @@ def tokens(request: HttpRequest) -> HttpResponse:
     return response
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @require_perm("manage_tokens")
 def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    """Revoking asks first (every worker using the token stops at once); a POST without
+    `confirm=yes` shows the same question instead of revoking."""
+    if request.method == "GET" or request.POST.get("confirm") != "yes":
+        token = get_object_or_404(WorkerToken, pk=token_id)
+        return render(request, "review/token_revoke.html", {"nav": "tokens", "token": token})
     try:
         token = services.review_token_revoke(user=request.user, token_id=token_id)  # type: ignore[arg-type]
     except ApplicationError as exc:

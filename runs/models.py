@@ -4,8 +4,11 @@ import uuid
 from decimal import Decimal
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Upper
 
 from runs.constants import (
     ApprovalOutcome,
@@ -136,6 +139,20 @@ class Run(models.Model):
             models.Index(fields=["status", "-created_at"], name="run_status_created_idx"),
             models.Index(fields=["-created_at"], name="run_created_idx"),
             models.Index(fields=["agent", "-created_at"], name="run_agent_created_idx"),
+            # dashboard search (review.selectors.runs_filtered): the short id the list shows
+            # is a prefix of the id's text; external ids and customer addresses match in part
+            models.Index(
+                OpClass(Cast("id", output_field=models.TextField()), name="text_pattern_ops"),
+                name="run_id_text_prefix_idx",
+            ),
+            GinIndex(
+                OpClass(Upper("external_id"), name="gin_trgm_ops"),
+                name="run_external_id_trgm_idx",
+            ),
+            GinIndex(
+                OpClass(Upper(KeyTextTransform("customer", "input")), name="gin_trgm_ops"),
+                name="run_customer_trgm_idx",
+            ),
         ]
         ordering = ["-created_at"]
 

@@ -953,10 +953,11 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
             actor=f"user:{by}",
             at=now,
         )
-        if (
-            run.status == RunStatus.BUDGET_EXCEEDED
-            and _exceeded_limit(run, now=now, next_step=True) is None
-        ) or (
+        still = _exceeded_limit(run, now=now, next_step=True)
+        if run.status == RunStatus.BUDGET_EXCEEDED and still is not None:
+            # another limit still stops it: the status reason names that one, not the old one
+            run.status_reason = still["limit"]
+        if (run.status == RunStatus.BUDGET_EXCEEDED and still is None) or (
             run.status == RunStatus.NEEDS_REVIEW
             and run.status_reason == "recoveries"
             and run.used_recoveries <= run.limit_recoveries

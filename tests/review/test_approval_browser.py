@@ -211,3 +211,42 @@ def test_an_admin_adds_an_approval_rule(browser, review_server):
     shot(page, "approval-rules")
     rule = ApprovalRule.objects.get(tool_pattern="email.*")
     assert (rule.approvals_required, rule.expires_after_seconds) == (2, 3600)
+
+
+def test_a_note_being_typed_survives_another_supervisor_claiming_the_item(browser, review_server):
+    """First use: the 5-second refresh erased a half-typed note when someone else claimed."""
+    from tests.review.factories import killed_support_run
+
+    base = review_server
+    user_in(SUPERVISORS, "alice")
+    user_in(SUPERVISORS, "bob")
+    item = killed_support_run()
+    alice = _login(browser, base, "alice")
+    bob = _login(browser, base, "bob")
+    alice.goto(f"{base}/queue/{item.run_id}/2/")
+    alice.fill("#note", "Checking the SMTP log, half way through")
+    bob.goto(f"{base}/queue/{item.run_id}/2/")
+    bob.click("text=Claim this item")
+    bob.locator("#decision-ok").wait_for()
+    # alice's page refreshes (every 5 s) and shows the claim; her text stays
+    alice.locator("#decision", has_text="bob").wait_for()
+    assert alice.locator("#note").input_value() == "Checking the SMTP log, half way through"
+
+
+def test_the_header_fits_a_390_px_phone(browser, review_server):
+    base = review_server
+    user_in(ADMINS, "ada")
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    context.set_default_timeout(TIMEOUT)
+    page = context.new_page()
+    page.goto(f"{base}/login/")
+    page.fill("input[name=username]", "ada")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, width
+    for name in ("Runs", "Review queue", "Log out"):
+        box = page.locator(f"header >> text={name}").first.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390 + 1, (name, box)
+    shot(page, "phone-header")

@@ -215,7 +215,7 @@ def test_admin_pages_policies_tokens_and_audit_log(browser, review_server):
     page.fill("#limits input[name=steps]", "80")
     page.fill("#limits input[name=note]", "long refund thread")
     page.click("#limits button[type=submit]")
-    page.locator("#messages", has_text="Limits raised.").wait_for()
+    page.locator("#messages", has_text="Limits raised").wait_for()
 
     page.click("nav >> text=Audit log")
     text = page.locator("main").inner_text()
