@@ -1,6 +1,7 @@
 """Dashboard forms: they validate input and produce clear messages; services do the writing."""
 
 import json
+import re
 from typing import Any
 
 from django import forms
@@ -105,6 +106,62 @@ class ApprovalRuleForm(forms.ModelForm):
         if not pattern:
             raise forms.ValidationError("Name a tool, or a pattern such as email.*")
         return pattern
+
+
+ITEM = re.compile(r"^[0-9a-f-]{36}#[0-9]{1,6}$")
+BULK_ACTIONS = [
+    ("sent", "Mark as sent"),
+    ("retry", "Retry (same key)"),
+    ("abandon", "Abandon the runs"),
+    ("approve", "Approve"),
+    ("deny", "Deny"),
+]
+
+
+class BulkDecideForm(forms.Form):
+    """Many queue items, one decision and one note (the service checks they belong together)."""
+
+    items = forms.MultipleChoiceField(
+        choices=[],
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": "Tick the items to decide."},
+    )
+    action = forms.ChoiceField(choices=BULK_ACTIONS)
+    note = _note_field()
+    confirm_repeat = forms.BooleanField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # any well-formed item id is a choice; the service says whether it can be decided
+        raw = self.data.getlist("items") if hasattr(self.data, "getlist") else []
+        items = self.fields["items"]
+        assert isinstance(items, forms.MultipleChoiceField)
+        items.choices = [(v, v) for v in raw if ITEM.match(str(v))]
+
+    def clean_items(self) -> list[tuple[str, int]]:
+        values = self.cleaned_data.get("items") or []
+        if len(values) > 50:
+            raise forms.ValidationError("Decide at most 50 items at once.")
+        return [(v.split("#")[0], int(v.split("#")[1])) for v in values]
+
+
+class WebhookForm(forms.Form):
+    url = forms.CharField(max_length=500, label="Webhook URL (Slack-compatible, http or https)")
+    secret = forms.CharField(
+        max_length=200,
+        label="Signing secret (HMAC-SHA256 of the body, header X-Agent-Ledger-Signature)",
+    )
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data["url"].strip()
+        if not url.lower().startswith(("http://", "https://")):
+            raise forms.ValidationError("A webhook URL starts with http:// or https://.")
+        forms.URLField().clean(url)
+        return url
+
+
+class AssignForm(forms.Form):
+    assignee = forms.CharField(max_length=150)
 
 
 class DecideForm(forms.Form):

@@ -24,7 +24,9 @@ from review.audit import AuditEntry, audit_record
 from review.forms import (
     ApprovalRuleForm,
     ApproveForm,
+    AssignForm,
     AuditFilterForm,
+    BulkDecideForm,
     DecideForm,
     DenyForm,
     LimitsForm,
@@ -32,7 +34,9 @@ from review.forms import (
     ResolveForm,
     RunFilterForm,
     TokenForm,
+    WebhookForm,
 )
+from review.models import EscalationWebhook
 from review.templatetags.review import waiting_badge
 from runs import clock
 from runs.api_errors import ApplicationError
@@ -348,6 +352,10 @@ def _queue_context() -> dict[str, Any]:
             "claim_live": s.claimed_by_id is not None
             and s.claim_expires_at is not None
             and s.claim_expires_at > now,
+            "claim_expired": s.claimed_by_id is not None
+            and s.claim_expires_at is not None
+            and s.claim_expires_at <= now,
+            **selectors.item_columns(s),
         }
         for s in steps
     ]
@@ -359,7 +367,15 @@ def _queue_context() -> dict[str, Any]:
         }
         for r in selectors.queue_review_runs()
     ]
-    return {"nav": "queue", "items": items, "review_runs": review_runs, "sla_minutes": sla // 60}
+    return {
+        "nav": "queue",
+        "items": items,
+        "review_runs": review_runs,
+        "sla_minutes": sla // 60,
+        "bulk_form": BulkDecideForm(),
+        "supervisors": selectors.people_who_decide(),
+        "nobody_notified": not services.escalation_reachable(),
+    }
 
 
 @require_GET
@@ -421,6 +437,7 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
         "seen": f"{step.state}:{step.claimed_by_id or 0}:{int(claim_live)}:{approvals}",
         "can_resolve": request.user.has_perm("review.resolve"),
         "approval": approval,
+        "people": selectors.people_who_decide() if request.user.has_perm("review.resolve") else [],
         "form": extra.pop("form", None) or ResolveForm(),
         **extra,
     }
@@ -502,6 +519,52 @@ def queue_resolve(request: HttpRequest, run_id: UUID, index: int) -> HttpRespons
         return _item_response(request, step, error=exc.message, form=form)
     done = {"sent": "marked as sent", "retry": "sent back for retry", "abandon": "abandoned"}
     return _item_response(request, step, ok=f"Step {index} {done[action]}.")
+
+
+@require_POST
+@require_perm("resolve")
+def queue_bulk(request: HttpRequest) -> HttpResponse:
+    """One decision for the ticked queue items; back to the queue with what happened."""
+    form = BulkDecideForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _form_errors(form))
+        return HttpResponseRedirect(reverse("review:queue"))
+    items = form.cleaned_data["items"]
+    try:
+        services.review_steps_decide(
+            user=request.user,  # type: ignore[arg-type]
+            items=items,
+            action=form.cleaned_data["action"],
+            note=form.cleaned_data["note"],
+            confirmed_may_repeat=form.cleaned_data["confirm_repeat"],
+        )
+    except ApplicationError as exc:
+        messages.error(request, _error_text(exc))
+    else:
+        messages.success(
+            request,
+            f"{len(items)} item{'s' if len(items) != 1 else ''} decided: {form.cleaned_data['action']}.",
+        )
+    return HttpResponseRedirect(reverse("review:queue"))
+
+
+@require_POST
+@require_perm("resolve")
+def queue_assign(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
+    step = _get_step(run_id, index)
+    form = AssignForm(request.POST)
+    if not form.is_valid():
+        return _item_response(request, step, error=_form_errors(form))
+    try:
+        services.review_step_assign(
+            user=request.user,  # type: ignore[arg-type]
+            run_id=run_id,
+            index=index,
+            assignee=form.cleaned_data["assignee"],
+        )
+    except ApplicationError as exc:
+        return _item_response(request, step, error=_error_text(exc))
+    return _item_response(request, step, ok=f"Assigned to {form.cleaned_data['assignee']}.")
 
 
 @require_POST
@@ -601,6 +664,39 @@ def policy_edit(request: HttpRequest, policy_id: int | None = None) -> HttpRespo
             return HttpResponseRedirect(reverse("review:policies"))
     return render(
         request, "review/policy_form.html", {"nav": "policies", "form": form, "policy": policy}
+    )
+
+
+# --- escalation webhooks --------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@require_perm("manage_policies")
+def notifications(request: HttpRequest) -> HttpResponse:
+    form = WebhookForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.escalation_webhook_add(
+                user=request.user,  # type: ignore[arg-type]
+                url=form.cleaned_data["url"],
+                secret=form.cleaned_data["secret"],
+            )
+        except ApplicationError as exc:
+            form.add_error("url", exc.message)
+        else:
+            messages.success(request, "Webhook added: escalations are posted there too.")
+            return HttpResponseRedirect(reverse("review:notifications"))
+    return render(
+        request,
+        "review/notifications.html",
+        {
+            "nav": "policies",
+            "form": form,
+            "webhooks": list(EscalationWebhook.objects.order_by("created_at")),
+            "reachable": services.escalation_reachable(),
+            "supervisors_with_mail": selectors.supervisors_with_mail(),
+        },
+        status=400 if request.method == "POST" else 200,
     )
 
 

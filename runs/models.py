@@ -7,7 +7,7 @@ from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models import F, Q
-from django.db.models.fields.json import KeyTextTransform
+from django.db.models.fields.json import KT, KeyTextTransform
 from django.db.models.functions import Cast, Upper
 
 from runs.constants import (
@@ -152,6 +152,10 @@ class Run(models.Model):
             GinIndex(
                 OpClass(Upper(KeyTextTransform("customer", "input")), name="gin_trgm_ops"),
                 name="run_customer_trgm_idx",
+            ),
+            GinIndex(
+                OpClass(Upper(KT("input__ticket__customer")), name="gin_trgm_ops"),
+                name="run_ticket_customer_trgm_idx",
             ),
         ]
         ordering = ["-created_at"]

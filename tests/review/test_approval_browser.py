@@ -250,3 +250,22 @@ def test_the_header_fits_a_390_px_phone(browser, review_server):
         box = page.locator(f"header >> text={name}").first.bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390 + 1, (name, box)
     shot(page, "phone-header")
+
+
+def test_a_supervisor_decides_five_emails_at_once(browser, review_server):
+    from tests.review.factories import killed_support_run
+
+    base = review_server
+    user_in(SUPERVISORS, "sam")
+    items = [killed_support_run(customer=f"c{n}@example.com") for n in range(5)]
+    page = _login(browser, base, "sam")
+    page.goto(f"{base}/queue/")
+    for item in items:
+        page.check(f'[id="pick-{item.run_id}-2"]')
+    page.fill("#bulk-note", "All five are in the provider's delivery log.")
+    shot(page, "bulk-decision")
+    page.click("#bulk-submit")
+    page.locator("#messages", has_text="5 items decided: sent.").wait_for()
+    assert page.locator("#queue-empty").is_visible()
+    assert all(item.step.state == StepState.DONE for item in items)
+    assert AuditEntry.objects.filter(action="step.resolve.sent").count() == 5
