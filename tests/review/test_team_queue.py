@@ -184,3 +184,17 @@ def test_an_escalation_is_posted_signed_and_retried_after_a_500(
     assert signature == expected
     text = json.loads(body)["text"]
     assert "email.send" in text and f"/queue/{item.run_id}/2/" in text
+
+
+def test_after_a_decision_the_whole_item_page_shows_the_new_state(groups: Any) -> None:
+    """First use: the decision box said "resolved" while the card beside it still said the run
+    was needs_review; the htmx answer now updates the run status and the summary too."""
+    item = killed_support_run()
+    response = _client(SUPERVISORS, "sam").post(
+        f"/queue/{item.run_id}/2/resolve",
+        {"action": "sent", "note": "in the log"},
+        HTTP_HX_REQUEST="true",
+    )
+    body = response.content.decode()
+    assert 'id="item-run-status" class="badge s-running" hx-swap-oob="true">running<' in body
+    assert 'id="evidence-summary"' in body and "now done" in body
