@@ -263,7 +263,7 @@ class LeaseGrant:
 
 
 def _recover_open_intents(run: Run, *, actor: str, now: datetime) -> list[Step]:
-    """DESIGN.md's recovery rules for every intent without an outcome. Returns the unknown steps."""
+    """The recovery rules (docs/api.md) for every intent without an outcome. Returns the unknown steps."""
     unknown: list[Step] = []
     lookup = None
     for step in Step.objects.filter(run=run, state=StepState.INTENT).order_by("index"):
