@@ -21,7 +21,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from review.audit import audit_record
+from review.audit import AuditEntry, audit_record
+from review.lookups import LookupAnswer, lookup_for, tool_lookup
 from review.models import Escalation, EscalationWebhook, LoginFailure, WebhookDelivery
 from review.roles import SUPERVISORS
 from runs import clock
@@ -252,6 +253,57 @@ def review_step_assign(
             details={"to": assignee, "from": previous, "until": step.claim_expires_at.isoformat()},
         )
         return step
+
+
+def review_step_settle_by_lookup(*, run_id: UUID | str, index: int) -> LookupAnswer | None:
+    """Ask the tool's lookup about an unknown step's key; a definite answer settles the step.
+
+    completed → resolved `sent` (the tool did it); absent → resolved `retry` (it never took
+    effect, so the same key runs it once). Either is recorded as the step's resolution by
+    `system:lookup`, with the answer in the note, and audited. No answer (late, failed, unclear)
+    leaves the item to a person; it is audited once per step. None: the tool has no lookup.
+    """
+    step = Step.objects.filter(run_id=run_id, index=index).first()
+    if step is None or step.state != StepState.UNKNOWN or not lookup_for(step.name):
+        return None
+    answer = tool_lookup(step.name, step.idempotency_key)
+    if answer is None:
+        return None
+    target = _step_target(run_id, index)
+    if answer.state == "no_answer":
+        if not AuditEntry.objects.filter(action="step.lookup.no_answer", target=target).exists():
+            audit_record(
+                actor="system:lookup",
+                action="step.lookup.no_answer",
+                target=target,
+                details={"source": answer.source, "detail": answer.detail},
+            )
+        return answer
+    action = Resolution.SENT if answer.state == "completed" else Resolution.RETRY
+    note = (
+        f"The tool's lookup ({answer.source}) answered {answer.state} for key "
+        f"{step.idempotency_key}."
+    )
+    try:
+        with transaction.atomic():
+            step_resolve(
+                run_id=run_id,
+                index=index,
+                action=action,
+                note=note,
+                by="system:lookup",
+                result={"settled_by_lookup": answer.state} if action == Resolution.SENT else None,
+            )
+            audit_record(
+                actor="system:lookup",
+                action=f"step.settle.{action}",
+                target=target,
+                note=note,
+                details={"source": answer.source, "answer": answer.state},
+            )
+    except ApplicationError:
+        pass  # a person decided meanwhile: theirs stands
+    return answer
 
 
 def review_step_claim(*, user: AbstractBaseUser, run_id: UUID | str, index: int) -> Step:

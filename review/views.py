@@ -465,7 +465,13 @@ def _approval_context(step: Step, request: HttpRequest, now: Any) -> dict[str, A
 @require_perm("browse")
 def queue_item(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
     step = _get_step(run_id, index)
-    context = _item_context(request, step)
+    lookup = None
+    if not _htmx(request) and step.state == StepState.UNKNOWN:
+        # a tool that can say whether the key took effect settles the item by itself
+        lookup = services.review_step_settle_by_lookup(run_id=run_id, index=index)
+        if lookup is not None and lookup.state != "no_answer":
+            step = _get_step(run_id, index)
+    context = _item_context(request, step, lookup=lookup)
     if _htmx(request):
         if request.GET.get("seen") == context["seen"]:
             return HttpResponse(status=204)  # nothing changed: htmx keeps the page as it is
