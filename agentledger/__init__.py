@@ -14,6 +14,8 @@ from agentledger._ledger import Ledger
 from agentledger._run import Run, StepInfo, current_run
 from agentledger._tool import tool
 from agentledger.errors import (
+    ApprovalDenied,
+    ApprovalPending,
     BudgetExceeded,
     LeaseHeld,
     LedgerError,
@@ -27,6 +29,8 @@ from agentledger.errors import (
 )
 
 __all__ = [
+    "ApprovalDenied",
+    "ApprovalPending",
     "BudgetExceeded",
     "LeaseHeld",
     "Ledger",

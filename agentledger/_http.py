@@ -91,6 +91,7 @@ class Transport:
         idempotent: bool = True,
         retry_on: frozenset[int] = RETRY_STATUSES,
         accept: tuple[int, ...] = (200, 201),
+        timeout: float | None = None,
     ) -> Response:
         """Send one call; retry connection errors and `retry_on` statuses when `idempotent`.
 
@@ -102,7 +103,12 @@ class Transport:
         last: str = ""
         while True:
             try:
-                response = self.client.request(method, path, json=json, headers=headers)
+                if timeout is None:
+                    response = self.client.request(method, path, json=json, headers=headers)
+                else:
+                    response = self.client.request(
+                        method, path, json=json, headers=headers, timeout=timeout
+                    )
             except httpx.TransportError as exc:
                 never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
                 last = f"{type(exc).__name__}: {exc}"

@@ -54,8 +54,12 @@ class Ledger:
         worker: str | None = None,
         ttl_seconds: int = 30,
         on_step: Callable[[Run, StepInfo], None] | None = None,
+        wait_for_approval: bool = True,
     ) -> Run:
-        """A run context: creates the run (or attaches: same agent + external_id, same run)."""
+        """A run context: creates the run (or attaches: same agent + external_id, same run).
+
+        `wait_for_approval`: a write step an approval rule holds is waited for (a long poll, the
+        lease kept alive); False stops the run instead (ApprovalPending) until people decide."""
         return Run(
             self,
             agent=agent,
@@ -65,6 +69,7 @@ class Ledger:
             worker=worker or default_worker_name(),
             ttl_seconds=ttl_seconds,
             on_step=on_step,
+            wait_for_approval=wait_for_approval,
         )
 
     def attach(
@@ -74,6 +79,7 @@ class Ledger:
         worker: str | None = None,
         ttl_seconds: int = 30,
         on_step: Callable[[Run, StepInfo], None] | None = None,
+        wait_for_approval: bool = True,
     ) -> Run:
         """A run context for an existing run id (a queue hands workers run ids)."""
         return Run(
@@ -85,6 +91,7 @@ class Ledger:
             worker=worker or default_worker_name(),
             ttl_seconds=ttl_seconds,
             on_step=on_step,
+            wait_for_approval=wait_for_approval,
         )
 
     def get_run(self, run_id: str) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentledger.errors import (
+    ApprovalDenied,
+    ApprovalPending,
     LedgerError,
     LedgerUnavailable,
     NeedsReview,
@@ -37,6 +39,8 @@ _current: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
 )
 # how long to wait for a gateway key another execution still holds (409 idempotency_in_progress)
 IN_PROGRESS_WAIT_SECONDS = 30.0
+# one long poll for an approval decision (the server answers at once when people decide)
+APPROVAL_POLL_SECONDS = 25
 # 502 from the gateway is the tool's own stored failure (`tool_failed`), not an outage
 GATEWAY_RETRY_STATUSES = frozenset({500, 503, 504})
 TOOL_REFUSAL_STATUSES = frozenset({400, 404, 409, 502})
@@ -117,6 +121,7 @@ class Run:
         worker: str,
         ttl_seconds: int,
         on_step: Callable[[Run, StepInfo], None] | None,
+        wait_for_approval: bool = True,
     ) -> None:
         if not 5 <= ttl_seconds <= 600:
             raise ValueError("ttl_seconds must be between 5 and 600")
@@ -129,6 +134,7 @@ class Run:
         self.worker = worker
         self.ttl_seconds = ttl_seconds
         self.on_step = on_step
+        self.wait_for_approval = wait_for_approval
         self.output: Any = None
         self.epoch = 0
         self.recovered = False
@@ -362,6 +368,10 @@ class Run:
                 if state == "error":
                     raise StepFailed(name, index, recorded["result"])
                 return recorded["result"]
+            if state == "denied":
+                self._next += 1
+                self.replayed += 1
+                raise _denied(recorded)
             if state == "unknown":
                 raise self._stop(
                     NeedsReview(
@@ -370,7 +380,7 @@ class Run:
                         details={"index": index},
                     )
                 )
-            if state not in ("interrupted", "intent"):
+            if state not in ("interrupted", "intent", "awaiting_approval"):
                 raise self._stop(
                     RunFinished(f"Step {index} is {state}.", code="run_finished", details=recorded)
                 )
@@ -386,7 +396,16 @@ class Run:
                 outcome={"status": status, "result": result, "usage": _usage_of(result)},
             )
         else:
-            step = self._intent(index, kind, name, effect, enforced_by, args, outcome=None)
+            try:
+                step = self._intent(index, kind, name, effect, enforced_by, args, outcome=None)
+                if step["state"] == "awaiting_approval":
+                    self.journal[index] = step
+                    self._await_approval(index, name)
+                    # approved: the same intent again hands the step to this worker, once
+                    step = self._intent(index, kind, name, effect, enforced_by, args, outcome=None)
+            except ApprovalDenied:
+                self._next += 1  # the denied step keeps its index; the agent may go on
+                raise
             raised = None
             if step["state"] in ("done", "error"):  # reconciled by the server meanwhile
                 status, result = ("ok" if step["state"] == "done" else "error"), step["result"]
@@ -462,6 +481,31 @@ class Run:
             raise
         return step
 
+    def _await_approval(self, index: int, name: str) -> None:
+        """Long-poll the step until people decide; the heartbeat thread keeps the lease."""
+        if not self.wait_for_approval:
+            raise self._stop(
+                ApprovalPending(
+                    f"Step {index} ({name}) waits for approval; the run stops until it is decided.",
+                    code="approval_pending",
+                    details={"index": index},
+                )
+            )
+        logger.info("run %s: step %s (%s) waits for approval", self.id, index, name)
+        while True:
+            if self._stopped is not None:
+                raise self._stopped
+            step: dict[str, Any] = self._http.request(
+                "GET",
+                f"/api/v1/runs/{self.id}/steps/{index}/?wait={APPROVAL_POLL_SECONDS}",
+                timeout=APPROVAL_POLL_SECONDS + 15,
+            ).body
+            self.journal[index] = step
+            if step["state"] == "denied":
+                raise _denied(step)
+            if step["state"] != "awaiting_approval":
+                return
+
     def _outcome(
         self, index: int, status: str, result: Any, usage: dict[str, Any]
     ) -> dict[str, Any]:
@@ -483,7 +527,7 @@ class Run:
         if self._stopped is not None:
             raise self._stopped
         try:
-            return self._http.request("POST", path, json=body).body
+            return self._http.request("POST", path, json=body, accept=(200, 201, 202)).body
         except StopRun as stop:
             raise self._stop(stop) from None
 
@@ -538,6 +582,19 @@ class Run:
                     replayed=replayed,
                 ),
             )
+
+
+def _denied(step: dict[str, Any]) -> ApprovalDenied:
+    resolution = step.get("resolution") or {}
+    details = {"index": step.get("index"), **resolution}
+    if resolution.get("action") == "expire":
+        message = f"Step {step.get('index')} ({step.get('name')}) was not approved in time."
+    else:
+        message = (
+            f"Step {step.get('index')} ({step.get('name')}) was denied by "
+            f"{resolution.get('by')}: {resolution.get('note')}"
+        )
+    return ApprovalDenied(message, code="approval_denied", status=409, details=details)
 
 
 class _ToolRefused(Exception):

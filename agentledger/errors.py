@@ -44,6 +44,20 @@ class RunFinished(StopRun):
     """The run is already completed, failed or abandoned."""
 
 
+class ApprovalPending(StopRun):
+    """A write step waits for people's approval and the run was told not to wait
+    (`wait_for_approval=False`): stop now; the run is offered to a worker again once decided."""
+
+
+class ApprovalDenied(LedgerError):
+    """People denied this write step (or nobody approved it in time): it must not run.
+
+    Not a stop: the agent may catch it and go on with another step (a replay raises it again at
+    the same point, so the run stays deterministic). Uncaught, the run fails. `details` holds
+    `index`, `action` (`deny` or `expire`), `by`, `note` and `at`.
+    """
+
+
 class LeaseHeld(LedgerError):
     """Another live worker holds the lease; try again after `details['expires_at']`."""
 
@@ -72,6 +86,7 @@ _BY_CODE: dict[str, type[LedgerError]] = {
     "budget_exceeded": BudgetExceeded,
     "run_finished": RunFinished,
     "lease_held": LeaseHeld,
+    "approval_denied": ApprovalDenied,
     "nondeterministic": NondeterminismError,
 }
 

@@ -1,5 +1,6 @@
 """Settings, 12-factor: everything that differs between machines comes from the environment."""
 
+import json
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -42,6 +43,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",  # trigram indexes for the dashboard search
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -239,6 +241,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.tasks.redispatch_idle_runs",
         "schedule": timedelta(seconds=max(LEDGER_REDISPATCH_IDLE_SECONDS // 4, 5)),
     },
+    # steps nobody approved before their rule's expiry become denied (action "expire")
+    "expire-approvals": {
+        "task": "runs.tasks.expire_approvals",
+        "schedule": timedelta(seconds=LEDGER_REAPER_INTERVAL_SECONDS),
+    },
     "prune-idempotency-keys": {
         "task": "tools.tasks.prune_idempotency_keys",
         "schedule": timedelta(hours=1),
@@ -310,6 +317,9 @@ LEDGER_FALLBACK_LIMITS = {
     "max_recoveries": 5,
 }
 # Where the journal asks the tool side what it knows about an idempotency key (recovery rules).
+# Tools that can say whether a key took effect (review.lookups): {"tool name": "dotted.path" or
+# "https://…/{key}"}; the review desk asks them about unknown steps (2 s, then "no answer").
+LEDGER_TOOL_LOOKUPS: dict[str, str] = json.loads(os.environ.get("LEDGER_TOOL_LOOKUPS") or "{}")
 LEDGER_KEY_STATE_LOOKUP = os.environ.get(
     "LEDGER_KEY_STATE_LOOKUP", "tools.idempotency.idempotency_state_for_recovery"
 )
@@ -323,9 +333,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"json": {"()": "console.logs.JsonFormatter"}},
+    "filters": {"forbidden_one_line": {"()": "review.logging.ForbiddenWithoutTraceback"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
+            "filters": ["forbidden_one_line"],
             **({"formatter": "json"} if LOG_FORMAT == "json" else {}),
         }
     },

@@ -3,9 +3,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.urls import include, path, re_path
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.templatetags.static import static
+from django.urls import include, path, re_path, reverse
 from django.utils.csp import CSP
+from django.utils.http import urlencode
 from django.views.decorators.csp import csp_override
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
@@ -48,13 +50,33 @@ def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
 docs_csp: dict[str, Any] = {**settings.SECURE_CSP, "style-src": [CSP.SELF, CSP.UNSAFE_INLINE]}
 api_docs = csp_override(docs_csp)(SpectacularSwaggerSplitView.as_view(url_name="schema"))
 
+
+def admin_login_redirect(request: HttpRequest) -> HttpResponse:
+    """/django-admin/login/ (GET or POST) goes to the dashboard's login, which counts failures and
+    locks out; the admin's `next` comes along (the login view only follows same-site ones)."""
+    target = (
+        reverse("review:login")
+        + "?"
+        + urlencode({"next": request.GET.get("next") or "/django-admin/"})
+    )
+    return HttpResponseRedirect(target)
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever the page links; send them to the real one."""
+    return HttpResponseRedirect(static("review/favicon.svg"))
+
+
 urlpatterns = [
     path("api/v1/schema/", SchemaView.as_view(), name="schema"),
     path("api/v1/docs/", api_docs, name="api-docs"),
     path("api/v1/", include("tools.urls")),
     path("api/v1/", include("runs.urls")),
     re_path(r"^api/(?P<rest>[\s\S]*)$", api_not_found),
+    # one login for both: the admin's own login form would bypass the dashboard's lockout
+    path("django-admin/login/", admin_login_redirect),
     path("django-admin/", admin.site.urls),
+    path("favicon.ico", favicon),
     path("audit/", include("audit.urls")),
     path("console/", include("console.urls")),
     path("metrics", metrics_view, name="metrics"),

@@ -1,12 +1,13 @@
 """Dashboard forms: they validate input and produce clear messages; services do the writing."""
 
 import json
+import re
 from typing import Any
 
 from django import forms
 
 from runs.constants import Resolution, RunStatus
-from runs.models import BudgetPolicy
+from runs.models import ApprovalRule, BudgetPolicy
 
 
 class RunFilterForm(forms.Form):
@@ -20,7 +21,9 @@ class RunFilterForm(forms.Form):
         required=False,
         max_length=200,
         label="Search",
-        widget=forms.TextInput(attrs={"placeholder": "run id or external id", "type": "search"}),
+        widget=forms.TextInput(
+            attrs={"placeholder": "id or short id, ticket, external id, customer", "type": "search"}
+        ),
     )
     page = forms.IntegerField(required=False, min_value=1, max_value=10_000)
 
@@ -38,6 +41,9 @@ def _note_field() -> forms.CharField:
 class ResolveForm(forms.Form):
     action = forms.ChoiceField(choices=Resolution.choices)
     note = _note_field()
+    confirm_repeat = forms.BooleanField(
+        required=False, label="I understand the effect may happen twice"
+    )
     result = forms.CharField(
         required=False,
         label="Observed result (JSON, optional)",
@@ -60,6 +66,102 @@ class ResolveForm(forms.Form):
         if data.get("result") is not None and data.get("action") != Resolution.SENT:
             self.add_error("result", "An observed result only goes with 'mark as sent'.")
         return data
+
+
+class ApproveForm(forms.Form):
+    note = forms.CharField(required=False, max_length=4000, strip=True)
+
+
+class DenyForm(forms.Form):
+    note = forms.CharField(
+        required=True,
+        max_length=4000,
+        strip=True,
+        error_messages={"required": "A note is required to deny: say why it must not run."},
+    )
+
+
+class ApprovalRuleForm(forms.ModelForm):
+    note = forms.CharField(required=False, max_length=2000, label="Note (for the audit log)")
+
+    class Meta:
+        model = ApprovalRule
+        fields = ["agent", "tool_pattern", "approvals_required", "expires_after_seconds", "active"]
+        labels = {
+            "agent": "Agent (empty: every agent)",
+            "tool_pattern": "Tool name pattern (* matches any text, e.g. email.*)",
+            "approvals_required": "Approvals required",
+            "expires_after_seconds": "Expires after (seconds, at least 60; empty: never)",
+            "active": "Active",
+        }
+        widgets = {
+            "approvals_required": forms.Select(choices=[(1, "1 person"), (2, "2 different people")])
+        }
+
+    def clean_agent(self) -> str:
+        return (self.cleaned_data.get("agent") or "").strip()
+
+    def clean_tool_pattern(self) -> str:
+        pattern = (self.cleaned_data.get("tool_pattern") or "").strip()
+        if not pattern:
+            raise forms.ValidationError("Name a tool, or a pattern such as email.*")
+        return pattern
+
+
+ITEM = re.compile(r"^[0-9a-f-]{36}#[0-9]{1,6}$")
+BULK_ACTIONS = [
+    ("sent", "Mark as sent"),
+    ("retry", "Retry (same key)"),
+    ("abandon", "Abandon the runs"),
+    ("approve", "Approve"),
+    ("deny", "Deny"),
+]
+
+
+class BulkDecideForm(forms.Form):
+    """Many queue items, one decision and one note (the service checks they belong together)."""
+
+    items = forms.MultipleChoiceField(
+        choices=[],
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": "Tick the items to decide."},
+    )
+    action = forms.ChoiceField(choices=BULK_ACTIONS)
+    note = _note_field()
+    confirm_repeat = forms.BooleanField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # any well-formed item id is a choice; the service says whether it can be decided
+        raw = self.data.getlist("items") if hasattr(self.data, "getlist") else []
+        items = self.fields["items"]
+        assert isinstance(items, forms.MultipleChoiceField)
+        items.choices = [(v, v) for v in raw if ITEM.match(str(v))]
+
+    def clean_items(self) -> list[tuple[str, int]]:
+        values = self.cleaned_data.get("items") or []
+        if len(values) > 50:
+            raise forms.ValidationError("Decide at most 50 items at once.")
+        return [(v.split("#")[0], int(v.split("#")[1])) for v in values]
+
+
+class WebhookForm(forms.Form):
+    url = forms.CharField(max_length=500, label="Webhook URL (Slack-compatible, http or https)")
+    secret = forms.CharField(
+        max_length=200,
+        label="Signing secret (HMAC-SHA256 of the body, header X-Agent-Ledger-Signature)",
+    )
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data["url"].strip()
+        if not url.lower().startswith(("http://", "https://")):
+            raise forms.ValidationError("A webhook URL starts with http:// or https://.")
+        forms.URLField().clean(url)
+        return url
+
+
+class AssignForm(forms.Form):
+    assignee = forms.CharField(max_length=150)
 
 
 class DecideForm(forms.Form):

@@ -57,4 +57,50 @@ class Escalation(models.Model):
         return f"escalation step={self.step_id} run={self.run_id} at {self.sent_at}"
 
 
-__all__ = ["AuditEntry", "Escalation", "LoginFailure"]
+class EscalationWebhook(models.Model):
+    """Where escalations are posted besides the supervisors' mail: Slack-compatible JSON,
+    signed with HMAC-SHA256 of the body under `secret` (header X-Agent-Ledger-Signature)."""
+
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=200)
+    active = models.BooleanField(default=True)
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(url__startswith="http://") | Q(url__startswith="https://"),
+                name="webhook_url_is_http",
+            )
+        ]
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class WebhookDelivery(models.Model):
+    """One escalation posted to one webhook; Celery retries it with backoff until it lands."""
+
+    webhook = models.ForeignKey(EscalationWebhook, on_delete=models.CASCADE, related_name="+")
+    body = models.TextField()  # the exact bytes signed and sent (UTF-8 JSON)
+    created_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True, default="")
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                condition=Q(delivered_at__isnull=True),
+                name="webhook_undelivered_idx",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery {self.pk} to {self.webhook_id}"
+
+
+__all__ = ["AuditEntry", "Escalation", "EscalationWebhook", "LoginFailure", "WebhookDelivery"]

@@ -1,12 +1,15 @@
 """Reads for the dashboard pages: bounded, index-friendly queries (see the partial indexes in runs)."""
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, TextField
+from django.db.models.fields.json import KT, KeyTextTransform
+from django.db.models.functions import Cast
 
 from runs.constants import RunStatus, StepState
 from runs.models import Event, Run, Step
@@ -28,10 +31,14 @@ def review_runs_without_unknown() -> QuerySet[Run]:
     )
 
 
+DESK_STATES = (StepState.UNKNOWN, StepState.AWAITING_APPROVAL)
+
+
 def waiting_count() -> int:
-    """Unknown steps (step_unknown_idx) plus runs in review with no unknown step (crash loops)."""
+    """Unknown steps (step_unknown_idx), steps awaiting approval (step_awaiting_approval_idx),
+    plus runs in review with no unknown step (crash loops)."""
     return (
-        Step.objects.filter(state=StepState.UNKNOWN).count() + review_runs_without_unknown().count()
+        Step.objects.filter(state__in=DESK_STATES).count() + review_runs_without_unknown().count()
     )
 
 
@@ -61,15 +68,33 @@ def _over_80() -> Q:
     )
 
 
+_HEX_PREFIX = re.compile(r"^[0-9a-fA-F-]{4,36}$")
+
+
+def _search(q: str) -> Q:
+    """A whole id; the short id the list shows (a prefix, run_id_text_prefix_idx); part of an
+    external id such as the ticket `T-1004` (run_external_id_trgm_idx); part of the customer's
+    address in the run's input, `customer` or the inbound ticket's `ticket.customer`
+    (run_customer_trgm_idx, run_ticket_customer_trgm_idx). Upper-cased like the indexes."""
+    try:
+        return Q(pk=uuid.UUID(q))
+    except ValueError:
+        pass
+    found = Q(external_id__icontains=q) | Q(customer__icontains=q) | Q(ticket_customer__icontains=q)
+    if _HEX_PREFIX.match(q):
+        found |= Q(id_text__startswith=q.lower())
+    return found
+
+
 def runs_filtered(filters: RunFilters) -> QuerySet[Run]:
     """The runs list query: every filter maps onto one of the runs indexes, newest first."""
-    qs = Run.objects.all()
+    qs = Run.objects.annotate(
+        id_text=Cast("id", output_field=TextField()),
+        customer=KeyTextTransform("customer", "input"),
+        ticket_customer=KT("input__ticket__customer"),
+    )
     if filters.q:
-        q = filters.q.strip()
-        try:
-            qs = qs.filter(Q(pk=uuid.UUID(q)) | Q(external_id=q))
-        except ValueError:
-            qs = qs.filter(external_id=q)
+        qs = qs.filter(_search(filters.q.strip()))
     if filters.status:
         qs = qs.filter(status=filters.status)
     if filters.agent:
@@ -145,11 +170,56 @@ QUEUE_PAGE = 50
 
 
 def queue_steps(*, limit: int = QUEUE_PAGE) -> list[Step]:
-    """Unknown steps oldest first (step_unknown_idx), with their run and claimant."""
+    """Unknown steps and steps awaiting approval, oldest first, with their run, claimant and
+    approval request (the two partial indexes on intent_at)."""
     return list(
-        Step.objects.filter(state=StepState.UNKNOWN)
-        .select_related("run", "claimed_by")
+        Step.objects.filter(state__in=DESK_STATES)
+        .select_related("run", "claimed_by", "approval_request")
         .order_by("intent_at", "pk")[:limit]
+    )
+
+
+def item_columns(step: Step) -> dict[str, Any]:
+    """The customer, ticket and external id a queue row shows (arguments first, then the run)."""
+    args = step.arguments if isinstance(step.arguments, dict) else {}
+    run_input = step.run.input if isinstance(step.run.input, dict) else {}
+    ticket_in = run_input.get("ticket")
+    inbound: dict[str, Any] = ticket_in if isinstance(ticket_in, dict) else {}
+    customer = (
+        args.get("to")
+        or args.get("customer")
+        or run_input.get("customer")
+        or inbound.get("customer")
+        or ""
+    )
+    ticket = args.get("ticket_id") or inbound.get("id") or run_input.get("ticket_id") or ""
+    return {
+        "customer": str(customer)[:120],
+        "ticket": str(ticket)[:60],
+        "external_id": step.run.external_id or "",
+    }
+
+
+def people_who_decide() -> list[Any]:
+    """Active users who may resolve items (supervisors and admins), for assigning."""
+    from django.contrib.auth import get_user_model
+
+    return list(
+        get_user_model()
+        ._default_manager.filter(is_active=True, groups__permissions__codename="resolve")
+        .distinct()
+        .order_by("username")
+    )
+
+
+def supervisors_with_mail() -> list[Any]:
+    from django.contrib.auth import get_user_model
+
+    return list(
+        get_user_model()
+        ._default_manager.filter(is_active=True, groups__name="supervisors")
+        .exclude(email="")
+        .order_by("username")
     )
 
 

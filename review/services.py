@@ -4,6 +4,9 @@ Views call these and nothing else for writes, so an action and its audit entry c
 or not at all. Refusals are runs.api_errors.ApplicationError (code, message, details).
 """
 
+import hashlib
+import hmac
+import json
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -15,16 +18,25 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from review.audit import audit_record
-from review.models import Escalation, LoginFailure
+from review.audit import AuditEntry, audit_record
+from review.lookups import LookupAnswer, lookup_for, tool_lookup
+from review.models import Escalation, EscalationWebhook, LoginFailure, WebhookDelivery
 from review.roles import SUPERVISORS
 from runs import clock
 from runs.api_errors import ApplicationError
-from runs.constants import RunStatus, StepState
-from runs.models import BudgetPolicy, Run, Step, WorkerToken
-from runs.services import run_limits_raise, run_review_decide, step_resolve
+from runs.constants import EnforcedBy, Resolution, RunStatus, StepState
+from runs.models import ApprovalRule, BudgetPolicy, Run, Step, WorkerToken
+from runs.services import (
+    approval_expire_if_due,
+    run_limits_raise,
+    run_review_decide,
+    step_approve,
+    step_deny,
+    step_resolve,
+)
 from runs.tokens import worker_token_create, worker_token_revoke
 
 
@@ -51,9 +63,27 @@ def review_step_resolve(
     action: str,
     note: str,
     result: Any = None,
+    confirmed_may_repeat: bool = False,
 ) -> Step:
-    """Resolve an unknown step (sent/retry/abandon); refused while another person holds a claim."""
+    """Resolve an unknown step (sent/retry/abandon); refused while another person holds a claim.
+
+    A retry of a step nobody enforces may make the effect happen twice (the tool cannot tell a
+    repeat): it needs `confirmed_may_repeat`, and the audit entry records the confirmation.
+    """
     with transaction.atomic():
+        step_now = Step.objects.filter(run_id=run_id, index=index).only("enforced_by").first()
+        risky = (
+            action == Resolution.RETRY
+            and step_now is not None
+            and step_now.enforced_by == EnforcedBy.NOBODY
+        )
+        if risky and not confirmed_may_repeat:
+            raise ApplicationError(
+                "confirmation_required",
+                "Nobody enforces this tool's idempotency: a retry may make it happen twice "
+                "(a second email to the customer). Confirm that this is acceptable.",
+                details={"confirm": ["Required for a retry of a step enforced by nobody."]},
+            )
         claimed = (
             Step.objects.select_related("claimed_by")
             .filter(run_id=run_id, index=index, claim_expires_at__gt=clock.now())
@@ -89,9 +119,191 @@ def review_step_resolve(
                 "result": result,
                 "step": step.name,
                 "idempotency_key": step.idempotency_key,
+                **({"confirmed_may_repeat": True} if risky else {}),
             },
         )
         return step
+
+
+def review_step_approve(
+    *, user: AbstractBaseUser, run_id: UUID | str, index: int, note: str = ""
+) -> Step:
+    """One person's approval of a step waiting for it, with its audit entry."""
+    approval_expire_if_due(run_id=run_id, index=index)  # recorded even if the approval is refused
+    with transaction.atomic():
+        step = step_approve(run_id=run_id, index=index, by=user.get_username(), note=note)
+        audit_record(
+            actor=user,
+            action="step.approve",
+            target=_step_target(run_id, index),
+            note=note,
+            details={
+                "run_id": str(run_id),
+                "index": index,
+                "step": step.name,
+                "arguments_hash": step.arguments_hash,
+                "state": step.state,
+            },
+        )
+        return step
+
+
+def review_step_deny(*, user: AbstractBaseUser, run_id: UUID | str, index: int, note: str) -> Step:
+    approval_expire_if_due(run_id=run_id, index=index)
+    with transaction.atomic():
+        step = step_deny(run_id=run_id, index=index, by=user.get_username(), note=note)
+        audit_record(
+            actor=user,
+            action="step.deny",
+            target=_step_target(run_id, index),
+            note=note,
+            details={"run_id": str(run_id), "index": index, "step": step.name},
+        )
+        return step
+
+
+BULK_RESOLUTIONS = ("sent", "retry", "abandon")
+
+
+def review_steps_decide(
+    *,
+    user: AbstractBaseUser,
+    items: list[tuple[str, int]],
+    action: str,
+    note: str,
+    confirmed_may_repeat: bool = False,
+) -> list[Step]:
+    """One decision for many items that share their tool and their situation (same tool name,
+    state and enforcer): all or none, one audit entry per item, as if decided one by one."""
+    steps = [Step.objects.filter(run_id=run_id, index=index).first() for run_id, index in items]
+    missing = [f"{r}#{i}" for (r, i), s in zip(items, steps, strict=True) if s is None]
+    if missing or not steps:
+        raise ApplicationError(
+            "not_found", f"No such items: {', '.join(missing)}.", status_code=404
+        )
+    kinds = {(s.name, s.state, s.enforced_by) for s in steps if s is not None}
+    if len(kinds) > 1:
+        raise ApplicationError(
+            "validation_error",
+            "Decide together only items of the same tool in the same situation; these are "
+            + "; ".join(sorted(f"{n} ({st}, enforced by {e})" for n, st, e in kinds))
+            + ".",
+            status_code=400,
+        )
+    with transaction.atomic():
+        decided = []
+        for run_id, index in items:
+            if action in BULK_RESOLUTIONS:
+                decided.append(
+                    review_step_resolve(
+                        user=user,
+                        run_id=run_id,
+                        index=index,
+                        action=action,
+                        note=note,
+                        confirmed_may_repeat=confirmed_may_repeat,
+                    )
+                )
+            elif action == "approve":
+                decided.append(
+                    review_step_approve(user=user, run_id=run_id, index=index, note=note)
+                )
+            elif action == "deny":
+                decided.append(review_step_deny(user=user, run_id=run_id, index=index, note=note))
+            else:
+                raise ApplicationError("validation_error", "Unknown action.", status_code=400)
+        return decided
+
+
+def review_step_assign(
+    *, user: AbstractBaseUser, run_id: UUID | str, index: int, assignee: str
+) -> Step:
+    """Give an item to a person (a claim in their name, for `claim_seconds()`); reassigning an
+    item someone else holds is allowed and audited with who had it."""
+    with transaction.atomic():
+        step = Step.objects.select_for_update().filter(run_id=run_id, index=index).first()
+        if step is None:
+            raise ApplicationError("not_found", "No such step.", status_code=404)
+        if step.state not in (StepState.UNKNOWN, StepState.AWAITING_APPROVAL):
+            raise ApplicationError(
+                "not_unknown", f"Step {index} is {step.state}; there is nothing to assign."
+            )
+        person = (
+            get_user_model()
+            ._default_manager.filter(
+                username=assignee, is_active=True, groups__permissions__codename="resolve"
+            )
+            .first()
+        )
+        if person is None:
+            raise ApplicationError(
+                "validation_error",
+                f"{assignee} cannot decide review items.",
+                status_code=400,
+                details={"assignee": ["Not someone who may decide."]},
+            )
+        previous = step.claimed_by.get_username() if step.claimed_by else None
+        step.claimed_by = person
+        step.claim_expires_at = clock.now() + timedelta(seconds=claim_seconds())
+        step.save(update_fields=["claimed_by", "claim_expires_at"])
+        audit_record(
+            actor=user,
+            action="step.assign",
+            target=_step_target(run_id, index),
+            details={"to": assignee, "from": previous, "until": step.claim_expires_at.isoformat()},
+        )
+        return step
+
+
+def review_step_settle_by_lookup(*, run_id: UUID | str, index: int) -> LookupAnswer | None:
+    """Ask the tool's lookup about an unknown step's key; a definite answer settles the step.
+
+    completed → resolved `sent` (the tool did it); absent → resolved `retry` (it never took
+    effect, so the same key runs it once). Either is recorded as the step's resolution by
+    `system:lookup`, with the answer in the note, and audited. No answer (late, failed, unclear)
+    leaves the item to a person; it is audited once per step. None: the tool has no lookup.
+    """
+    step = Step.objects.filter(run_id=run_id, index=index).first()
+    if step is None or step.state != StepState.UNKNOWN or not lookup_for(step.name):
+        return None
+    answer = tool_lookup(step.name, step.idempotency_key)
+    if answer is None:
+        return None
+    target = _step_target(run_id, index)
+    if answer.state == "no_answer":
+        if not AuditEntry.objects.filter(action="step.lookup.no_answer", target=target).exists():
+            audit_record(
+                actor="system:lookup",
+                action="step.lookup.no_answer",
+                target=target,
+                details={"source": answer.source, "detail": answer.detail},
+            )
+        return answer
+    action = Resolution.SENT if answer.state == "completed" else Resolution.RETRY
+    note = (
+        f"The tool's lookup ({answer.source}) answered {answer.state} for key "
+        f"{step.idempotency_key}."
+    )
+    try:
+        with transaction.atomic():
+            step_resolve(
+                run_id=run_id,
+                index=index,
+                action=action,
+                note=note,
+                by="system:lookup",
+                result={"settled_by_lookup": answer.state} if action == Resolution.SENT else None,
+            )
+            audit_record(
+                actor="system:lookup",
+                action=f"step.settle.{action}",
+                target=target,
+                note=note,
+                details={"source": answer.source, "answer": answer.state},
+            )
+    except ApplicationError:
+        pass  # a person decided meanwhile: theirs stands
+    return answer
 
 
 def review_step_claim(*, user: AbstractBaseUser, run_id: UUID | str, index: int) -> Step:
@@ -105,7 +317,7 @@ def review_step_claim(*, user: AbstractBaseUser, run_id: UUID | str, index: int)
         )
         if step is None:
             raise ApplicationError("not_found", "No such step.", status_code=404)
-        if step.state != StepState.UNKNOWN:
+        if step.state not in (StepState.UNKNOWN, StepState.AWAITING_APPROVAL):
             raise ApplicationError(
                 "not_unknown", f"Step {index} is {step.state}; there is nothing to claim."
             )
@@ -261,6 +473,43 @@ def budget_policy_save(
         return target
 
 
+# --- approval rules ----------------------------------------------------------------------------
+
+RULE_FIELDS = ("agent", "tool_pattern", "approvals_required", "expires_after_seconds", "active")
+
+
+def approval_rule_save(
+    *, user: AbstractBaseUser, rule: ApprovalRule | None, values: dict[str, Any]
+) -> ApprovalRule:
+    """Create or edit an approval rule, audited. New write intents see it at once; steps
+    already waiting keep the request they were given."""
+    with transaction.atomic():
+        creating = rule is None
+        before = None if rule is None else {f: getattr(rule, f) for f in RULE_FIELDS}
+        target = rule or ApprovalRule(created_by=user.get_username())
+        for field in RULE_FIELDS:
+            if field in values:
+                setattr(target, field, values[field])
+        try:
+            with transaction.atomic():
+                target.save()
+        except IntegrityError as exc:
+            raise ApplicationError(
+                "validation_error",
+                "A rule for this agent and tool pattern exists already.",
+                status_code=400,
+                details={"tool_pattern": ["Already has a rule."]},
+            ) from exc
+        audit_record(
+            actor=user,
+            action="approval_rule.create" if creating else "approval_rule.update",
+            target=f"approval_rule:{target.pk}",
+            note=str(values.get("note", "")),
+            details={"before": before, "after": {f: getattr(target, f) for f in RULE_FIELDS}},
+        )
+        return target
+
+
 # --- worker tokens -----------------------------------------------------------------------------
 
 
@@ -330,14 +579,42 @@ def login_failure_record(*, username: str, ip: str) -> LoginFailure:
             row.first_failure_at = now
             row.locked_until = None
         row.failures += 1
+        locks = row.failures >= login_max_failures() and row.locked_until is None
         if row.failures >= login_max_failures():
             row.locked_until = now + window
         row.save()
+        audit_record(
+            actor="anonymous",
+            action="login.failed",
+            target=f"user:{username[:150]}",
+            details={"ip": ip, "failures": row.failures},
+        )
+        if locks:
+            assert row.locked_until is not None
+            audit_record(
+                actor="system:login",
+                action="login.lockout",
+                target=f"user:{username[:150]}",
+                details={"ip": ip, "until": row.locked_until.isoformat()},
+            )
         return row
 
 
-def login_success_clear(*, username: str, ip: str) -> None:
+def login_refused_record(*, username: str, ip: str, until: Any) -> None:
+    """A login attempt during a lockout: refused without checking the password, audited."""
+    audit_record(
+        actor="anonymous",
+        action="login.refused_locked",
+        target=f"user:{username[:150]}",
+        details={"ip": ip, "until": until.isoformat()},
+    )
+
+
+def login_success_clear(*, user: AbstractBaseUser, ip: str) -> None:
+    """A successful login: the failure counter goes, the audit log gets the login."""
+    username = user.get_username()
     LoginFailure.objects.filter(username=username.lower()[:150], ip=ip).delete()
+    audit_record(actor=user, action="login", target=f"user:{username}", details={"ip": ip})
 
 
 def login_failures_prune() -> int:
@@ -352,6 +629,84 @@ def login_failures_prune() -> int:
 
 
 # --- escalation ---------------------------------------------------------------------------------
+
+
+def escalation_reachable() -> bool:
+    """Can an escalation reach anyone: a supervisor with an address, or an active webhook?"""
+    has_address = (
+        get_user_model()
+        ._default_manager.filter(is_active=True, groups__name=SUPERVISORS)
+        .exclude(email="")
+        .exists()
+    )
+    return has_address or EscalationWebhook.objects.filter(active=True).exists()
+
+
+def webhook_signature(secret: str, body: bytes) -> str:
+    """What X-Agent-Ledger-Signature carries: sha256=<hex HMAC-SHA256 of the body>."""
+    return "sha256=" + hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
+
+
+def _webhooks_notify(webhooks: list[EscalationWebhook], text: str, *, now: Any) -> None:
+    """Queue one delivery per webhook (Slack-compatible `{"text": …}`), sent after commit."""
+    from review.tasks import deliver_webhook
+
+    body = json.dumps({"text": text}, ensure_ascii=False, separators=(",", ":"))
+    for webhook in webhooks:
+        delivery = WebhookDelivery.objects.create(webhook=webhook, body=body, created_at=now)
+        deliver_webhook.delay_on_commit(delivery.pk)  # type: ignore[attr-defined]
+
+
+class WebhookFailed(Exception):
+    """A delivery attempt failed (no answer, or not 2xx); Celery retries it with backoff."""
+
+
+def webhook_deliver(*, delivery_id: int) -> bool:
+    """POST one delivery, signed; True when the receiver answered 2xx (or it was delivered
+    before). A failure is recorded and raised as WebhookFailed for the task to retry."""
+    import httpx
+
+    delivery = WebhookDelivery.objects.select_related("webhook").filter(pk=delivery_id).first()
+    if delivery is None or delivery.delivered_at is not None:
+        return delivery is not None
+    body = delivery.body.encode("utf-8")
+    headers = {
+        "Content-Type": "application/json",
+        "X-Agent-Ledger-Signature": webhook_signature(delivery.webhook.secret, body),
+        "X-Agent-Ledger-Delivery": str(delivery.pk),
+    }
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1)
+    try:
+        answer = httpx.post(delivery.webhook.url, content=body, headers=headers, timeout=5)
+        error = "" if 200 <= answer.status_code < 300 else f"HTTP {answer.status_code}"
+    except httpx.HTTPError as exc:
+        error = f"{type(exc).__name__}: {exc}"[:500]
+    if error:
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(last_error=error)
+        raise WebhookFailed(error)
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(delivered_at=clock.now(), last_error="")
+    return True
+
+
+def escalation_webhook_add(*, user: AbstractBaseUser, url: str, secret: str) -> EscalationWebhook:
+    if not url.startswith(("http://", "https://")):
+        raise ApplicationError(
+            "validation_error",
+            "A webhook URL starts with http:// or https://.",
+            status_code=400,
+            details={"url": ["Must be http(s)."]},
+        )
+    with transaction.atomic():
+        webhook = EscalationWebhook.objects.create(
+            url=url, secret=secret, created_by=user.get_username()
+        )
+        audit_record(
+            actor=user,
+            action="webhook.create",
+            target=f"webhook:{webhook.pk}",
+            details={"url": url},
+        )
+        return webhook
 
 
 def review_items_escalate(*, limit: int = 200) -> int:
@@ -370,11 +725,14 @@ def review_items_escalate(*, limit: int = 200) -> int:
             if u.is_active and u.email
         }
     )
-    if not recipients:
-        return 0
+    webhooks = list(EscalationWebhook.objects.filter(active=True))
+    if not recipients and not webhooks:
+        return 0  # the queue page shows a banner: nobody can be notified
     base = getattr(settings, "LEDGER_DASHBOARD_URL", settings.LEDGER_URL).rstrip("/")
     steps = list(
-        Step.objects.filter(state=StepState.UNKNOWN, intent_at__lt=cutoff)
+        Step.objects.filter(
+            state__in=(StepState.UNKNOWN, StepState.AWAITING_APPROVAL), intent_at__lt=cutoff
+        )
         .exclude(pk__in=Escalation.objects.filter(step__isnull=False).values("step_id"))
         .select_related("run")
         .order_by("intent_at")[:limit]
@@ -385,6 +743,13 @@ def review_items_escalate(*, limit: int = 200) -> int:
         try:
             with transaction.atomic():
                 Escalation.objects.create(step=step, sent_at=now, recipients=recipients)
+                _webhooks_notify(
+                    webhooks,
+                    f"Review waiting {waited} min: {step.name} (step {step.index} of "
+                    f"{step.run.agent} run {str(step.run_id)[:8]}). "
+                    f"Decide: {base}/queue/{step.run_id}/{step.index}/",
+                    now=now,
+                )
                 send_mail(
                     subject=f"[Agent Ledger] review waiting {waited} min: {step.name} "
                     f"(run {step.run.agent} {str(step.run_id)[:8]})",
@@ -411,6 +776,12 @@ def review_items_escalate(*, limit: int = 200) -> int:
         try:
             with transaction.atomic():
                 Escalation.objects.create(run=run, sent_at=now, recipients=recipients)
+                _webhooks_notify(
+                    webhooks,
+                    f"Run waiting for review: {run.agent} {str(run.pk)[:8]} "
+                    f"({run.status_reason}). Decide: {base}/runs/{run.pk}/",
+                    now=now,
+                )
                 send_mail(
                     subject=f"[Agent Ledger] run waiting for review: {run.agent} {str(run.pk)[:8]}",
                     message=(

@@ -2,7 +2,12 @@
 
 from celery import shared_task
 
-from review.services import login_failures_prune, review_items_escalate
+from review.services import (
+    WebhookFailed,
+    login_failures_prune,
+    review_items_escalate,
+    webhook_deliver,
+)
 
 
 @shared_task(acks_late=True)
@@ -10,3 +15,16 @@ def escalate_waiting_items() -> int:
     """Mail the supervisors about items past the SLA; also forget stale login-failure counters."""
     login_failures_prune()
     return review_items_escalate()
+
+
+@shared_task(
+    acks_late=True,
+    autoretry_for=(WebhookFailed,),
+    retry_backoff=2,
+    retry_backoff_max=600,
+    retry_jitter=True,
+    max_retries=8,
+)
+def deliver_webhook(delivery_id: int) -> bool:
+    """Post one escalation to its webhook; a failure (no answer, 5xx) retries with backoff."""
+    return webhook_deliver(delivery_id=delivery_id)

@@ -13,30 +13,36 @@ from uuid import UUID
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 
-from review import selectors, services, toolside
-from review.audit import AuditEntry
+from review import evidence, selectors, services, toolside
+from review.audit import AuditEntry, audit_record
 from review.forms import (
+    ApprovalRuleForm,
+    ApproveForm,
+    AssignForm,
     AuditFilterForm,
+    BulkDecideForm,
     DecideForm,
+    DenyForm,
     LimitsForm,
     PolicyForm,
     ResolveForm,
     RunFilterForm,
     TokenForm,
+    WebhookForm,
 )
+from review.models import EscalationWebhook
 from review.templatetags.review import waiting_badge
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.chain import run_chain_breaks
 from runs.constants import FINAL_STATUSES, LIVE_STATUSES, RunStatus, StepState
-from runs.models import BudgetPolicy, Event, Run, Step, WorkerToken
+from runs.models import ApprovalRule, BudgetPolicy, Event, Run, Step, WorkerToken
 from runs.services import budget_of
 
 View = Callable[..., HttpResponse]
@@ -50,12 +56,24 @@ def require_perm(codename: str) -> Callable[[View], View]:
         @login_required
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not request.user.has_perm(f"review.{codename}"):
-                raise PermissionDenied(f"You need the {codename} permission.")
+                return refused(request, codename)
             return view(request, *args, **kwargs)
 
         return wrapped
 
     return decorate
+
+
+def refused(request: HttpRequest, codename: str) -> HttpResponse:
+    """A 403 page, an audit entry, and one log line ("Forbidden: /path", from Django's request
+    log): an expected refusal is not an error with a traceback."""
+    audit_record(
+        actor=request.user,  # type: ignore[arg-type]
+        action="access.refused",
+        target=request.path[:300],
+        details={"method": request.method, "permission": codename},
+    )
+    return render(request, "403.html", {}, status=403)
 
 
 def _attempted_username(request: HttpRequest) -> str:
@@ -85,6 +103,7 @@ class LoginView(auth_views.LoginView):
         username = _attempted_username(request)
         until = services.login_locked_until(username=username, ip=_client_ip(request))
         if until is not None:
+            services.login_refused_record(username=username, ip=_client_ip(request), until=until)
             form = self.get_form()
             form.errors.clear()
             form.add_error(
@@ -103,9 +122,7 @@ class LoginView(auth_views.LoginView):
         return super().form_invalid(form)
 
     def form_valid(self, form: Any) -> HttpResponse:
-        services.login_success_clear(
-            username=form.get_user().get_username(), ip=_client_ip(self.request)
-        )
+        services.login_success_clear(user=form.get_user(), ip=_client_ip(self.request))
         return super().form_valid(form)
 
 
@@ -277,16 +294,33 @@ def run_limits(request: HttpRequest, run_id: UUID) -> HttpResponse:
         messages.error(request, _form_errors(form))
     else:
         try:
-            services.review_limits_raise(
+            raised = services.review_limits_raise(
                 user=request.user,  # type: ignore[arg-type]
                 run_id=run.pk,
                 note=form.cleaned_data["note"],
                 limits=form.limits(),
             )
-            messages.success(request, "Limits raised.")
+            messages.success(request, limits_outcome(raised))
         except ApplicationError as exc:
             messages.error(request, _error_text(exc))
     return HttpResponseRedirect(reverse("review:run", args=[run.pk]))
+
+
+def limits_outcome(run: Run) -> str:
+    """What raising limits did, and what still blocks the run if anything does."""
+    budget = budget_of(run)
+    if run.status == RunStatus.BUDGET_EXCEEDED:
+        limit = run.status_reason
+        used = budget["used"].get(limit)
+        cap = budget["limits"].get(limit)
+        spent = f" ({used} of {cap})" if used is not None else ""
+        return (
+            f"Limits raised, but the run is still stopped: its {limit} budget is spent{spent}. "
+            f"Raise {limit} too for it to resume."
+        )
+    if run.status == RunStatus.RUNNING:
+        return "Limits raised; the run resumes with the next lease."
+    return f"Limits raised; the run is {run.status}."
 
 
 def _form_errors(form: Any) -> str:
@@ -318,6 +352,10 @@ def _queue_context() -> dict[str, Any]:
             "claim_live": s.claimed_by_id is not None
             and s.claim_expires_at is not None
             and s.claim_expires_at > now,
+            "claim_expired": s.claimed_by_id is not None
+            and s.claim_expires_at is not None
+            and s.claim_expires_at <= now,
+            **selectors.item_columns(s),
         }
         for s in steps
     ]
@@ -329,7 +367,15 @@ def _queue_context() -> dict[str, Any]:
         }
         for r in selectors.queue_review_runs()
     ]
-    return {"nav": "queue", "items": items, "review_runs": review_runs, "sla_minutes": sla // 60}
+    return {
+        "nav": "queue",
+        "items": items,
+        "review_runs": review_runs,
+        "sla_minutes": sla // 60,
+        "bulk_form": BulkDecideForm(),
+        "supervisors": selectors.people_who_decide(),
+        "nobody_notified": not services.escalation_reachable(),
+    }
 
 
 @require_GET
@@ -358,21 +404,27 @@ def _get_step(run_id: UUID, index: int) -> Step:
 
 def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, Any]:
     now = clock.now()
+    # every step before it (shown collapsed): a decision may hinge on step 3 of 40
     previous = list(
-        Step.objects.filter(run_id=step.run_id, index__lt=step.index).order_by("-index")[:10]
+        Step.objects.filter(run_id=step.run_id, index__lt=step.index)
+        .order_by("index")
+        .defer("arguments")
     )
-    previous.reverse()
     claim_live = (
         step.claimed_by_id is not None
         and step.claim_expires_at is not None
         and step.claim_expires_at > now
     )
+    approval = _approval_context(step, request, now)
+    approvals = len(approval["given"]) if approval else 0
+    key = toolside.key_state(step.idempotency_key) if step.effect == "write" else None
     return {
         "nav": "queue",
         "step": step,
         "run": step.run,
         "previous": previous,
-        "key": toolside.key_state(step.idempotency_key) if step.effect == "write" else None,
+        "key": key,
+        "evidence": evidence.step_evidence(step, key),
         "concerns": toolside.concerned_records(step.arguments),
         "waited": (now - step.intent_at).total_seconds(),
         "level": selectors.sla_level(
@@ -382,10 +434,30 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
         "claimed_by_me": claim_live and step.claimed_by_id == request.user.pk,
         # what the open page shows; its poll swaps only when this changes (a note being
         # typed is not wiped every few seconds)
-        "seen": f"{step.state}:{step.claimed_by_id or 0}:{int(claim_live)}",
+        "seen": f"{step.state}:{step.claimed_by_id or 0}:{int(claim_live)}:{approvals}",
         "can_resolve": request.user.has_perm("review.resolve"),
+        "approval": approval,
+        "people": selectors.people_who_decide() if request.user.has_perm("review.resolve") else [],
         "form": extra.pop("form", None) or ResolveForm(),
         **extra,
+    }
+
+
+def _approval_context(step: Step, request: HttpRequest, now: Any) -> dict[str, Any] | None:
+    """What the approval box shows: who approved, how many are needed, the expiry."""
+    approval_request = getattr(step, "approval_request", None)
+    if approval_request is None:
+        return None
+    given = list(approval_request.approvals.all())
+    username = request.user.get_username()
+    return {
+        "request": approval_request,
+        "given": given,
+        "missing": max(0, approval_request.approvals_required - len(given)),
+        "mine": next((a for a in given if a.by == username), None),
+        "expires_in": (approval_request.expires_at - now).total_seconds()
+        if approval_request.expires_at
+        else None,
     }
 
 
@@ -393,12 +465,20 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
 @require_perm("browse")
 def queue_item(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
     step = _get_step(run_id, index)
-    context = _item_context(request, step)
+    lookup = None
+    if not _htmx(request) and step.state == StepState.UNKNOWN:
+        # a tool that can say whether the key took effect settles the item by itself
+        lookup = services.review_step_settle_by_lookup(run_id=run_id, index=index)
+        if lookup is not None and lookup.state != "no_answer":
+            step = _get_step(run_id, index)
+    context = _item_context(request, step, lookup=lookup)
     if _htmx(request):
         if request.GET.get("seen") == context["seen"]:
             return HttpResponse(status=204)  # nothing changed: htmx keeps the page as it is
         response = render(request, "review/item.html#decision", context)
-        return _stop_polling_if(response, step.state != StepState.UNKNOWN)
+        return _stop_polling_if(
+            response, step.state not in (StepState.UNKNOWN, StepState.AWAITING_APPROVAL)
+        )
     return render(request, "review/item.html", context)
 
 
@@ -439,11 +519,97 @@ def queue_resolve(request: HttpRequest, run_id: UUID, index: int) -> HttpRespons
             action=action,
             note=form.cleaned_data["note"],
             result=form.cleaned_data["result"],
+            confirmed_may_repeat=form.cleaned_data["confirm_repeat"],
         )
     except ApplicationError as exc:
         return _item_response(request, step, error=exc.message, form=form)
     done = {"sent": "marked as sent", "retry": "sent back for retry", "abandon": "abandoned"}
     return _item_response(request, step, ok=f"Step {index} {done[action]}.")
+
+
+@require_POST
+@require_perm("resolve")
+def queue_bulk(request: HttpRequest) -> HttpResponse:
+    """One decision for the ticked queue items; back to the queue with what happened."""
+    form = BulkDecideForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _form_errors(form))
+        return HttpResponseRedirect(reverse("review:queue"))
+    items = form.cleaned_data["items"]
+    try:
+        services.review_steps_decide(
+            user=request.user,  # type: ignore[arg-type]
+            items=items,
+            action=form.cleaned_data["action"],
+            note=form.cleaned_data["note"],
+            confirmed_may_repeat=form.cleaned_data["confirm_repeat"],
+        )
+    except ApplicationError as exc:
+        messages.error(request, _error_text(exc))
+    else:
+        messages.success(
+            request,
+            f"{len(items)} item{'s' if len(items) != 1 else ''} decided: {form.cleaned_data['action']}.",
+        )
+    return HttpResponseRedirect(reverse("review:queue"))
+
+
+@require_POST
+@require_perm("resolve")
+def queue_assign(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
+    step = _get_step(run_id, index)
+    form = AssignForm(request.POST)
+    if not form.is_valid():
+        return _item_response(request, step, error=_form_errors(form))
+    try:
+        services.review_step_assign(
+            user=request.user,  # type: ignore[arg-type]
+            run_id=run_id,
+            index=index,
+            assignee=form.cleaned_data["assignee"],
+        )
+    except ApplicationError as exc:
+        return _item_response(request, step, error=_error_text(exc))
+    return _item_response(request, step, ok=f"Assigned to {form.cleaned_data['assignee']}.")
+
+
+@require_POST
+@require_perm("resolve")
+def queue_approve(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
+    step = _get_step(run_id, index)
+    form = ApproveForm(request.POST)
+    form.is_valid()
+    try:
+        approved = services.review_step_approve(
+            user=request.user,  # type: ignore[arg-type]
+            run_id=run_id,
+            index=index,
+            note=form.cleaned_data.get("note", ""),
+        )
+    except ApplicationError as exc:
+        return _item_response(request, step, error=exc.message)
+    if approved.state == StepState.AWAITING_APPROVAL:
+        return _item_response(request, step, ok="Your approval is recorded; one more is needed.")
+    return _item_response(request, step, ok=f"Step {index} approved: the agent may run it now.")
+
+
+@require_POST
+@require_perm("resolve")
+def queue_deny(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
+    step = _get_step(run_id, index)
+    form = DenyForm(request.POST)
+    if not form.is_valid():
+        return _item_response(request, step, error=_form_errors(form))
+    try:
+        services.review_step_deny(
+            user=request.user,  # type: ignore[arg-type]
+            run_id=run_id,
+            index=index,
+            note=form.cleaned_data["note"],
+        )
+    except ApplicationError as exc:
+        return _item_response(request, step, error=exc.message)
+    return _item_response(request, step, ok=f"Step {index} denied: it will not run.")
 
 
 @require_POST
@@ -507,6 +673,79 @@ def policy_edit(request: HttpRequest, policy_id: int | None = None) -> HttpRespo
     )
 
 
+# --- escalation webhooks --------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@require_perm("manage_policies")
+def notifications(request: HttpRequest) -> HttpResponse:
+    form = WebhookForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.escalation_webhook_add(
+                user=request.user,  # type: ignore[arg-type]
+                url=form.cleaned_data["url"],
+                secret=form.cleaned_data["secret"],
+            )
+        except ApplicationError as exc:
+            form.add_error("url", exc.message)
+        else:
+            messages.success(request, "Webhook added: escalations are posted there too.")
+            return HttpResponseRedirect(reverse("review:notifications"))
+    return render(
+        request,
+        "review/notifications.html",
+        {
+            "nav": "policies",
+            "form": form,
+            "webhooks": list(EscalationWebhook.objects.order_by("created_at")),
+            "reachable": services.escalation_reachable(),
+            "supervisors_with_mail": selectors.supervisors_with_mail(),
+        },
+        status=400 if request.method == "POST" else 200,
+    )
+
+
+# --- approval rules -----------------------------------------------------------------------------
+
+
+@require_GET
+@require_perm("manage_policies")
+def approval_rules(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "review/approval_rules.html",
+        {"nav": "policies", "rules": list(ApprovalRule.objects.order_by("agent", "tool_pattern"))},
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@require_perm("manage_policies")
+def approval_rule_edit(request: HttpRequest, rule_id: int | None = None) -> HttpResponse:
+    rule = get_object_or_404(ApprovalRule, pk=rule_id) if rule_id else None
+    form = ApprovalRuleForm(request.POST or None, instance=rule)
+    if request.method == "POST" and form.is_valid():
+        values = {f: form.cleaned_data[f] for f in services.RULE_FIELDS}
+        values["note"] = form.cleaned_data.get("note", "")
+        try:
+            services.approval_rule_save(
+                user=request.user,  # type: ignore[arg-type]
+                rule=ApprovalRule.objects.get(pk=rule.pk) if rule else None,
+                values=values,
+            )
+        except ApplicationError as exc:
+            form.add_error(None, _error_text(exc))
+        else:
+            messages.success(request, "Approval rule saved.")
+            return HttpResponseRedirect(reverse("review:approval_rules"))
+    return render(
+        request,
+        "review/approval_rule_form.html",
+        {"nav": "policies", "form": form, "rule": rule},
+        status=400 if request.method == "POST" else 200,
+    )
+
+
 # --- worker tokens ------------------------------------------------------------------------------
 
 
@@ -537,9 +776,14 @@ def tokens(request: HttpRequest) -> HttpResponse:
     return response
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @require_perm("manage_tokens")
 def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    """Revoking asks first (every worker using the token stops at once); a POST without
+    `confirm=yes` shows the same question instead of revoking."""
+    if request.method == "GET" or request.POST.get("confirm") != "yes":
+        token = get_object_or_404(WorkerToken, pk=token_id)
+        return render(request, "review/token_revoke.html", {"nav": "tokens", "token": token})
     try:
         token = services.review_token_revoke(user=request.user, token_id=token_id)  # type: ignore[arg-type]
     except ApplicationError as exc:

@@ -3,6 +3,7 @@
 from typing import Any
 
 from drf_spectacular.utils import (
+    OpenApiParameter,
     OpenApiResponse,
     extend_schema,
     extend_schema_serializer,
@@ -16,7 +17,7 @@ from rest_framework.views import APIView
 from runs import services
 from runs.api_errors import error_response
 from runs.authentication import actor_of
-from runs.constants import Effect, EnforcedBy, StepKind
+from runs.constants import Effect, EnforcedBy, StepKind, StepState
 from runs.models import Event, Run, Step
 from runs.representations import event_json, run_json, step_json
 
@@ -324,8 +325,13 @@ class StepIntentApi(APIView):
         responses={
             201: StepOutputSerializer,
             200: StepOutputSerializer,
+            202: OpenApiResponse(
+                StepOutputSerializer,
+                description="The step is journalled and awaiting_approval: an approval rule "
+                "matched; it runs only after people approve it.",
+            ),
             **_errors(
-                "stale_epoch | out_of_order | nondeterministic | budget_exceeded | needs_review | run_finished",
+                "stale_epoch | out_of_order | nondeterministic | budget_exceeded | needs_review | run_finished | approval_denied",
                 also=COMMON,
             ),
         },
@@ -336,9 +342,43 @@ class StepIntentApi(APIView):
         body = step_json(result.step)
         if result.budget_refusal is not None:
             return _budget_refusal_response(result.budget_refusal, {"step": body})
-        return Response(
-            body, status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
-        )
+        return Response(body, status=intent_status(result.step.state, created=result.created))
+
+
+def intent_status(state: str, *, created: bool) -> int:
+    """202 while the step waits for approval (new or replayed); else 201 new, 200 as recorded."""
+    if state == StepState.AWAITING_APPROVAL:
+        return status.HTTP_202_ACCEPTED
+    return status.HTTP_201_CREATED if created else status.HTTP_200_OK
+
+
+MAX_WAIT_SECONDS = 60
+
+
+class StepDetailApi(APIView):
+    @extend_schema(
+        operation_id="runs_steps_retrieve",
+        parameters=[
+            OpenApiParameter(
+                "wait",
+                int,
+                description="Seconds (0..60) to wait while the step is awaiting_approval: "
+                "the answer comes as soon as it is decided, or at the timeout.",
+            )
+        ],
+        responses={200: StepOutputSerializer, **_errors("not_found", http=404, also=(400, 401))},
+    )
+    def get(self, request: Request, run_id: str, index: int) -> Response:
+        raw = request.query_params.get("wait", "0")
+        if not raw.isdigit() or int(raw) > MAX_WAIT_SECONDS:
+            return error_response(
+                "validation_error",
+                "wait is a whole number of seconds from 0 to 60.",
+                400,
+                {"wait": [f"0..{MAX_WAIT_SECONDS}"]},
+            )
+        step = services.step_wait_decided(run_id=run_id, index=index, wait_seconds=int(raw))
+        return Response(step_json(step))
 
 
 class StepOutcomeApi(APIView):
@@ -430,6 +470,7 @@ __all__ = [
     "RunHeartbeatApi",
     "RunJournalApi",
     "RunLeaseApi",
+    "StepDetailApi",
     "StepIntentApi",
     "StepOutcomeApi",
 ]

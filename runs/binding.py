@@ -5,7 +5,9 @@ Each step's fields are bound by hashes in its events: `step_intent` names the ar
 `reconciled` the result hash of the key's stored response, `step_resolved` the resolution (and,
 for `sent`, the result itself); `step_interrupted`, `step_unknown` and `step_reopened` move the
 state. A fork's `step_copied` binds a whole copied step at once (intent fields, state, result
-hash, usage and the resolution it carried in the original). Replaying a run's events per step index gives what each step row must hold; a step row
+hash, usage and the resolution it carried in the original); approvals: `approval_requested`
+(awaiting_approval), `approval_given` (one person; the state stays), `step_approved` (back to
+intent) and `step_denied` (denied, with the resolution `deny` or `expire`). Replaying a run's events per step index gives what each step row must hold; a step row
 edited behind the application's back disagrees, and the field is named.
 
 Django-free: `verify_journal`, the dashboard, the checkpoint job and the offline export verifier
@@ -32,6 +34,10 @@ STEP_EVENTS = frozenset(
         "reconciled",
         "step_resolved",
         "step_copied",
+        "approval_requested",
+        "approval_given",
+        "step_approved",
+        "step_denied",
     }
 )
 _RESOLVED_STATE = {"sent": "done", "retry": "interrupted", "abandon": "abandoned"}
@@ -97,6 +103,20 @@ class StepReplay:
             step.state = "interrupted"
         elif type == "step_unknown":
             step.state = "unknown"
+        elif type == "approval_requested":
+            step.state = "awaiting_approval"
+        elif type == "approval_given":
+            pass  # one person's approval; the step waits until enough people gave theirs
+        elif type == "step_approved":
+            step.state = "intent"
+        elif type == "step_denied":
+            step.state = "denied"
+            step.resolution = {
+                "action": "expire" if payload.get("expired") else "deny",
+                "by": payload.get("by"),
+                "note": payload.get("note"),
+                "at": at,
+            }
         elif type == "reconciled":
             step.state = "done" if payload.get("key_state") == "completed" else "error"
             # events written before reconciled carried result_hash leave the result unbound

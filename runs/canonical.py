@@ -1,4 +1,4 @@
-"""Canonical JSON and the hashes derived from it (DESIGN.md, "Data")."""
+"""Canonical JSON and the hashes derived from it (docs/api.md, "Canonical JSON and derived values")."""
 
 import hashlib
 import json

@@ -22,6 +22,9 @@ class StepState(models.TextChoices):
     INTERRUPTED = "interrupted"
     UNKNOWN = "unknown"
     ABANDONED = "abandoned"
+    # a write intent an approval rule matched: it runs only after people approve it
+    AWAITING_APPROVAL = "awaiting_approval"
+    DENIED = "denied"
 
 
 class StepKind(models.TextChoices):
@@ -41,9 +44,28 @@ class EnforcedBy(models.TextChoices):
 
 
 class Resolution(models.TextChoices):
+    """A supervisor's decision on an `unknown` step."""
+
     SENT = "sent"
     RETRY = "retry"
     ABANDON = "abandon"
+
+
+class ResolutionAction(models.TextChoices):
+    """What a step's `resolution.action` may hold: a Resolution, or the end of an approval."""
+
+    SENT = "sent"
+    RETRY = "retry"
+    ABANDON = "abandon"
+    DENY = "deny"  # a person denied the step before it ran
+    EXPIRE = "expire"  # nobody decided before the rule's expiry
+
+
+class ApprovalOutcome(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
 
 
 LIVE_STATUSES = frozenset(
@@ -94,8 +116,17 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
 
 STEP_TRANSITIONS: dict[str, frozenset[str]] = {
     StepState.INTENT: frozenset(
-        {StepState.DONE, StepState.ERROR, StepState.INTERRUPTED, StepState.UNKNOWN}
+        {
+            StepState.DONE,
+            StepState.ERROR,
+            StepState.INTERRUPTED,
+            StepState.UNKNOWN,
+            StepState.AWAITING_APPROVAL,  # in the same call, when an approval rule matches
+        }
     ),
+    # approved: back to `intent` (not yet handed to a worker: executions = 0); or denied/expired
+    StepState.AWAITING_APPROVAL: frozenset({StepState.INTENT, StepState.DENIED}),
+    StepState.DENIED: frozenset(),
     # an interrupted step is re-executed: a new intent, or (read steps) intent+outcome at once
     StepState.INTERRUPTED: frozenset({StepState.INTENT, StepState.DONE, StepState.ERROR}),
     StepState.UNKNOWN: frozenset({StepState.DONE, StepState.INTERRUPTED, StepState.ABANDONED}),
@@ -150,3 +181,7 @@ class EventType(models.TextChoices):
     RUN_CANCELLED = "run_cancelled"
     RUN_FORKED = "run_forked"  # on the original: a fork was made from it
     STEP_COPIED = "step_copied"  # on the fork: a step copied from the original, never re-run
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_GIVEN = "approval_given"
+    STEP_APPROVED = "step_approved"
+    STEP_DENIED = "step_denied"

@@ -30,7 +30,7 @@ from rest_framework.exceptions import APIException
 
 from runs import services
 from runs.api_errors import ApplicationError, StrictJSONParser
-from runs.apis import MAX_EPOCH, MAX_STEP_INDEX, MAX_TOKENS_PER_CALL
+from runs.apis import MAX_EPOCH, MAX_STEP_INDEX, MAX_TOKENS_PER_CALL, intent_status
 from runs.authentication import principal_for
 from runs.constants import Effect, EnforcedBy, StepKind
 from runs.observe import step_call
@@ -174,7 +174,7 @@ def _intent_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
     body = step_json(result.step)
     if result.budget_refusal is not None:
         return _refusal(result.budget_refusal, {"step": body})
-    return HotAnswer(201 if result.created else 200, _dumps(body))
+    return HotAnswer(intent_status(result.step.state, created=result.created), _dumps(body))
 
 
 _OUTCOME_CALL_FIELDS = frozenset({"epoch", "status", "result", "usage"})
@@ -348,7 +348,14 @@ _ROUTES = [
     (re.compile(rf"^/api/v1/runs/{_UUID}/heartbeat$"), "heartbeat"),
     (re.compile(rf"^/api/v1/runs/{_UUID}/lease$"), "lease"),
 ]
-_REASONS = {200: "OK", 201: "Created", 404: "Not Found", 409: "Conflict", 503: "Unavailable"}
+_REASONS = {
+    200: "OK",
+    201: "Created",
+    202: "Accepted",
+    404: "Not Found",
+    409: "Conflict",
+    503: "Unavailable",
+}
 
 
 class HotPathWSGI:

@@ -212,6 +212,12 @@ def refusal(code: str, details: dict[str, Any] | None, *, run_id: UUID | str) ->
             f"Step {details['index']} may have happened; a supervisor decides.",
             details=details,
         )
+    if code == "approval_denied":
+        if details.get("action") == "expire":
+            message = f"Step {details['index']} was not approved in time (expired {details['at']}); it must not run."
+        else:
+            message = f"Step {details['index']} was denied by {details['by']} at {details['at']}: {details['note']}"
+        return ApplicationError("approval_denied", message, details=details)
     if code == "outcome_conflict":
         if details.pop("different", False):
             message = f"Step {details['index']} already has a different outcome."

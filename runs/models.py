@@ -4,10 +4,21 @@ import uuid
 from decimal import Decimal
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.fields.json import KT, KeyTextTransform
+from django.db.models.functions import Cast, Upper
 
-from runs.constants import Effect, EnforcedBy, Resolution, RunStatus, StepKind, StepState
+from runs.constants import (
+    ApprovalOutcome,
+    Effect,
+    EnforcedBy,
+    ResolutionAction,
+    RunStatus,
+    StepKind,
+    StepState,
+)
 
 LIVE = [RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED, RunStatus.NEEDS_REVIEW]
 
@@ -139,6 +150,24 @@ class Run(models.Model):
             models.Index(fields=["status", "-created_at"], name="run_status_created_idx"),
             models.Index(fields=["-created_at"], name="run_created_idx"),
             models.Index(fields=["agent", "-created_at"], name="run_agent_created_idx"),
+            # dashboard search (review.selectors.runs_filtered): the short id the list shows
+            # is a prefix of the id's text; external ids and customer addresses match in part
+            models.Index(
+                OpClass(Cast("id", output_field=models.TextField()), name="text_pattern_ops"),
+                name="run_id_text_prefix_idx",
+            ),
+            GinIndex(
+                OpClass(Upper("external_id"), name="gin_trgm_ops"),
+                name="run_external_id_trgm_idx",
+            ),
+            GinIndex(
+                OpClass(Upper(KeyTextTransform("customer", "input")), name="gin_trgm_ops"),
+                name="run_customer_trgm_idx",
+            ),
+            GinIndex(
+                OpClass(Upper(KT("input__ticket__customer")), name="gin_trgm_ops"),
+                name="run_ticket_customer_trgm_idx",
+            ),
         ]
         ordering = ["-created_at"]
 
@@ -167,7 +196,7 @@ class Step(models.Model):
     executions = models.PositiveIntegerField(default=1)
 
     resolution_action = models.CharField(
-        max_length=10, choices=Resolution.choices, null=True, blank=True
+        max_length=10, choices=ResolutionAction.choices, null=True, blank=True
     )
     resolution_by = models.CharField(max_length=150, null=True, blank=True)
     resolution_note = models.TextField(null=True, blank=True)
@@ -210,6 +239,11 @@ class Step(models.Model):
             models.Index(
                 fields=["intent_at"], condition=Q(state=StepState.UNKNOWN), name="step_unknown_idx"
             ),
+            models.Index(
+                fields=["intent_at"],
+                condition=Q(state=StepState.AWAITING_APPROVAL),
+                name="step_awaiting_approval_idx",
+            ),
             models.Index(fields=["idempotency_key"], name="step_key_idx"),
             # the console's "top failing steps" over a window of days
             models.Index(
@@ -250,6 +284,89 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}@{self.seq} {self.type}"
+
+
+class ApprovalRule(models.Model):
+    """Write intents of `agent` (blank: every agent) whose tool name matches `tool_pattern` (a
+    glob: `*` any run of characters) wait for `approvals_required` different people before they
+    run. Read by the journal kernel (runs/sql/0007_approvals.sql) at intent time."""
+
+    agent = models.CharField(max_length=100, blank=True, default="")
+    tool_pattern = models.CharField(max_length=200)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    expires_after_seconds = models.PositiveIntegerField(null=True, blank=True)
+    active = models.BooleanField(default=True)
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "tool_pattern"],
+                name="approval_rule_unique_per_agent_tool",
+                violation_error_message="This agent already has a rule for this tool pattern.",
+            ),
+            models.CheckConstraint(
+                condition=Q(approvals_required__in=[1, 2]),
+                name="approval_rule_one_or_two",
+                violation_error_message="A rule requires 1 or 2 approvals.",
+            ),
+            models.CheckConstraint(
+                condition=Q(expires_after_seconds__isnull=True) | Q(expires_after_seconds__gte=60),
+                name="approval_rule_expiry_sane",
+                violation_error_message="An expiry is at least 60 seconds (or empty: never).",
+            ),
+        ]
+        ordering = ["agent", "tool_pattern"]
+
+    def __str__(self) -> str:
+        return f"{self.agent or 'every agent'}: {self.tool_pattern} ({self.approvals_required})"
+
+
+class ApprovalRequest(models.Model):
+    """One step waiting for approval; bound to (run, index, arguments hash) through its step."""
+
+    step = models.OneToOneField(Step, on_delete=models.CASCADE, related_name="approval_request")
+    rule = models.ForeignKey(ApprovalRule, null=True, blank=True, on_delete=models.SET_NULL)
+    arguments_hash = models.CharField(max_length=64)
+    approvals_required = models.PositiveSmallIntegerField()
+    requested_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(
+        max_length=10, choices=ApprovalOutcome.choices, default=ApprovalOutcome.PENDING
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["expires_at"],
+                condition=Q(outcome=ApprovalOutcome.PENDING, expires_at__isnull=False),
+                name="approval_pending_expiry_idx",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"approval of {self.step_id}: {self.outcome}"
+
+
+class Approval(models.Model):
+    """One person's approval; two from the same person never count twice (four eyes)."""
+
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="approvals")
+    by = models.CharField(max_length=150)
+    note = models.TextField(blank=True, default="")
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["request", "by"], name="approval_once_per_person")
+        ]
+        ordering = ["at"]
+
+    def __str__(self) -> str:
+        return f"{self.by} approved {self.request_id}"
 
 
 class WorkerToken(models.Model):

@@ -1,4 +1,4 @@
-"""The JSON shapes of DESIGN.md ("Representations"), built by hand: the hot path skips DRF fields."""
+"""The JSON shapes of docs/api.md ("Representations"), built by hand: the hot path skips DRF fields."""
 
 from datetime import datetime
 from decimal import Decimal

@@ -4,6 +4,7 @@ The caller of a private `_` helper holds the run's row lock (SELECT ... FOR UPDA
 services take it themselves through `lock_objects.run_for_update`.
 """
 
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -12,7 +13,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from runs import clock, kernel
 from runs.api_errors import ApplicationError
@@ -20,10 +21,12 @@ from runs.canonical import GENESIS_HASH, arguments_hash
 from runs.constants import (
     FINAL_STATUSES,
     RUN_TRANSITIONS,
+    ApprovalOutcome,
     Effect,
     EnforcedBy,
     EventType,
     Resolution,
+    ResolutionAction,
     RunStatus,
     StatusReason,
     StepState,
@@ -34,7 +37,8 @@ from runs.kernel import (
     step_move,
     transition,
 )
-from runs.models import BudgetPolicy, Run, Step
+from runs.lock_objects import run_for_update
+from runs.models import Approval, ApprovalRequest, BudgetPolicy, Run, Step
 from runs.recovery import key_state_lookup
 from runs.signals import run_resumable
 
@@ -205,7 +209,7 @@ class LeaseGrant:
 
 
 def _recover_open_intents(run: Run, *, actor: str, now: datetime) -> list[Step]:
-    """DESIGN.md's recovery rules for every intent without an outcome. Returns the unknown steps."""
+    """The recovery rules (docs/api.md) for every intent without an outcome. Returns the unknown steps."""
     unknown: list[Step] = []
     lookup = None
     for step in Step.objects.filter(run=run, state=StepState.INTENT).order_by("index"):
@@ -214,7 +218,12 @@ def _recover_open_intents(run: Run, *, actor: str, now: datetime) -> list[Step]:
             "name": step.name,
             "idempotency_key": step.idempotency_key,
         }
-        if step.effect == Effect.READ or step.enforced_by == EnforcedBy.TOOL:
+        if step.executions == 0:
+            # approved while no worker waited for it: never handed out, so it never ran
+            step_move(step, StepState.INTERRUPTED)
+            event_type = EventType.STEP_INTERRUPTED
+            payload["why"] = "approved; no worker had taken it yet"
+        elif step.effect == Effect.READ or step.enforced_by == EnforcedBy.TOOL:
             step_move(step, StepState.INTERRUPTED)
             event_type = EventType.STEP_INTERRUPTED
         elif step.enforced_by == EnforcedBy.NOBODY:
@@ -553,6 +562,10 @@ def run_fail(*, run_id: UUID | str, epoch: int, error: Any, actor: str) -> Run:
 # --- background enforcement -----------------------------------------------------------------
 
 
+def _awaits_approval(run_id: UUID | str) -> bool:
+    return Step.objects.filter(run_id=run_id, state=StepState.AWAITING_APPROVAL).exists()
+
+
 def run_lease_expire(*, run_id: UUID | str, actor: str = "system:reaper") -> Run | None:
     """The reaper's work for one run: recovery rules, a new epoch that fences the lost worker."""
     with transaction.atomic():
@@ -588,7 +601,8 @@ def run_lease_expire(*, run_id: UUID | str, actor: str = "system:reaper") -> Run
             run.lease_worker = None
             run.lease_expires_at = None
         run.save()
-        if run.status == RunStatus.INTERRUPTED:
+        if run.status == RunStatus.INTERRUPTED and not _awaits_approval(run.pk):
+            # (a run whose step waits for people is offered again by the decision itself)
             transaction.on_commit(
                 lambda: run_resumable.send(
                     sender=Run, run_id=run.pk, agent=run.agent, reason="interrupted"
@@ -623,8 +637,12 @@ def runs_redispatch_idle(*, idle_seconds: int | None = None, limit: int = 500) -
     nobody_on_it = Q(status__in=[RunStatus.PENDING, RunStatus.INTERRUPTED]) | Q(
         status=RunStatus.RUNNING, lease_worker__isnull=True
     )
+    waiting_for_people = Step.objects.filter(
+        run_id=OuterRef("pk"), state=StepState.AWAITING_APPROVAL
+    )
     candidates = list(
         Run.objects.filter(nobody_on_it, updated_at__lt=cutoff)
+        .exclude(Exists(waiting_for_people))
         .order_by("updated_at")
         .values_list("pk", "agent")[:limit]
     )
@@ -894,10 +912,11 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
             actor=f"user:{by}",
             at=now,
         )
-        if (
-            run.status == RunStatus.BUDGET_EXCEEDED
-            and _exceeded_limit(run, now=now, next_step=True) is None
-        ) or (
+        still = _exceeded_limit(run, now=now, next_step=True)
+        if run.status == RunStatus.BUDGET_EXCEEDED and still is not None:
+            # another limit still stops it: the status reason names that one, not the old one
+            run.status_reason = still["limit"]
+        if (run.status == RunStatus.BUDGET_EXCEEDED and still is None) or (
             run.status == RunStatus.NEEDS_REVIEW
             and run.status_reason == StatusReason.RECOVERIES
             and run.used_recoveries <= run.limit_recoveries
@@ -1100,3 +1119,283 @@ def _copied_payload(step: Step) -> dict[str, Any]:
             else None
         ),
     }
+
+
+# --- approvals --------------------------------------------------------------------------------
+
+
+def _approval_locked(run_id: UUID | str, index: int) -> tuple[Run, Step, ApprovalRequest]:
+    """The run (locked, as everywhere: run first), its step and the step's approval request."""
+    run = run_for_update(run_id)
+    step = Step.objects.select_for_update().filter(run=run, index=index).first()
+    request = (
+        ApprovalRequest.objects.select_for_update().filter(step=step).first() if step else None
+    )
+    if step is None or request is None:
+        raise ApplicationError(
+            "not_found", f"Run {run_id} has no step {index} waiting for approval.", status_code=404
+        )
+    return run, step, request
+
+
+def _approval_refusal(run: Run, step: Step, request: ApprovalRequest) -> ApplicationError | None:
+    """Why this request takes no decision any more (who decided, and when), or None."""
+    at = f"{request.decided_at:%Y-%m-%d %H:%M:%S} UTC" if request.decided_at else ""
+    if request.outcome == ApprovalOutcome.DENIED:
+        return ApplicationError(
+            "approval_decided",
+            f"{step.resolution_by} already denied this step at {at}: {step.resolution_note}",
+            details={"outcome": request.outcome, "by": step.resolution_by, "at": at},
+        )
+    if request.outcome == ApprovalOutcome.EXPIRED:
+        return ApplicationError(
+            "approval_decided",
+            f"Nobody decided in time: the approval expired at {at}.",
+            details={"outcome": request.outcome, "at": at},
+        )
+    if request.outcome == ApprovalOutcome.APPROVED:
+        names = ", ".join(a.by for a in request.approvals.all())
+        return ApplicationError(
+            "approval_decided",
+            f"Already approved by {names} at {at}.",
+            details={"outcome": request.outcome, "by": names, "at": at},
+        )
+    if run.status in FINAL_STATUSES:
+        finished = f"{run.finished_at:%Y-%m-%d %H:%M:%S} UTC" if run.finished_at else "earlier"
+        return ApplicationError(
+            "run_finished",
+            f"The run is {run.status} (since {finished}); there is nothing to approve.",
+            details={"status": run.status},
+        )
+    return None
+
+
+def _approval_end(
+    run: Run,
+    step: Step,
+    request: ApprovalRequest,
+    *,
+    action: str,
+    by: str,
+    note: str,
+    actor: str,
+    now: datetime,
+) -> None:
+    """awaiting_approval → denied (a person's `deny`, or `expire`). Caller holds the locks."""
+    step_move(step, StepState.DENIED)
+    step.resolution_action = action
+    step.resolution_by = by
+    step.resolution_note = note
+    step.resolution_at = now
+    step.outcome_at = now
+    step.claimed_by = None
+    step.claim_expires_at = None
+    step.save()
+    request.outcome = (
+        ApprovalOutcome.EXPIRED if action == ResolutionAction.EXPIRE else ApprovalOutcome.DENIED
+    )
+    request.decided_at = now
+    request.save(update_fields=["outcome", "decided_at"])
+    event_append(
+        run,
+        type=EventType.STEP_DENIED,
+        payload={
+            "index": step.index,
+            "by": by,
+            "note": note,
+            "expired": action == ResolutionAction.EXPIRE,
+        },
+        actor=actor,
+        at=now,
+    )
+    _wake_worker(run, now=now, why="approval_decided")
+
+
+def _wake_worker(run: Run, *, now: datetime, why: str) -> None:
+    """After a decision: a run nobody holds a live lease on is offered to the workers again (a
+    worker that waits sees the decision itself)."""
+    if run.status in FINAL_STATUSES:
+        return
+    if run.lease_expires_at is not None and run.lease_expires_at > now:
+        return
+    transaction.on_commit(
+        lambda: run_resumable.send(sender=Run, run_id=run.pk, agent=run.agent, reason=why)
+    )
+
+
+def _expire_if_due(
+    run: Run, step: Step, request: ApprovalRequest, *, now: datetime
+) -> ApplicationError | None:
+    if (
+        request.outcome != ApprovalOutcome.PENDING
+        or request.expires_at is None
+        or request.expires_at > now
+    ):
+        return None
+    note = f"No decision before {request.expires_at:%Y-%m-%d %H:%M:%S} UTC."
+    _approval_end(
+        run,
+        step,
+        request,
+        action=ResolutionAction.EXPIRE,
+        by="system:expiry",
+        note=note,
+        actor="system:approvals",
+        now=now,
+    )
+    run.save()
+    return _approval_refusal(run, step, request)
+
+
+def step_approve(*, run_id: UUID | str, index: int, by: str, note: str = "") -> Step:
+    """One person's approval of a step waiting for it; the last one needed moves it to `intent`.
+
+    The approval is bound to the step's (run, index, arguments hash) and used once: the step
+    becomes an intent with `executions = 0` ("approved, not yet handed out"); the worker's
+    next intent call for that index takes it (runs/sql/0007_approvals.sql). Refused, with who
+    and when: a request already decided (denied, expired, approved), one this person already
+    approved (two approvals need two people), a finished run. An expired request is recorded
+    as expired (committed) and then refused.
+    """
+    refusal: ApplicationError | None = None
+    with transaction.atomic():
+        run, step, request = _approval_locked(run_id, index)
+        now = clock.now()
+        refusal = _approval_refusal(run, step, request) or _expire_if_due(
+            run, step, request, now=now
+        )
+        if refusal is None:
+            given = list(request.approvals.all())
+            mine = next((a for a in given if a.by == by), None)
+            if mine is not None:
+                raise ApplicationError(
+                    "already_approved",
+                    f"You approved this step at {mine.at:%Y-%m-%d %H:%M:%S} UTC; "
+                    f"it needs {request.approvals_required} different people.",
+                    details={"by": by, "at": mine.at.isoformat()},
+                )
+            if step.arguments_hash != request.arguments_hash:  # bound to what people saw
+                raise ApplicationError(
+                    "not_found", "The step's arguments changed.", status_code=404
+                )
+            Approval.objects.create(request=request, by=by, note=note.strip(), at=now)
+            count = len(given) + 1
+            event_append(
+                run,
+                type=EventType.APPROVAL_GIVEN,
+                payload={
+                    "index": index,
+                    "by": by,
+                    "note": note.strip(),
+                    "arguments_hash": request.arguments_hash,
+                    "approvals": count,
+                    "approvals_required": request.approvals_required,
+                },
+                actor=f"user:{by}",
+                at=now,
+            )
+            if count >= request.approvals_required:
+                step_move(step, StepState.INTENT)
+                step.executions = 0
+                step.claimed_by = None
+                step.claim_expires_at = None
+                step.save()
+                request.outcome = ApprovalOutcome.APPROVED
+                request.decided_at = now
+                request.save(update_fields=["outcome", "decided_at"])
+                event_append(
+                    run,
+                    type=EventType.STEP_APPROVED,
+                    payload={
+                        "index": index,
+                        "arguments_hash": request.arguments_hash,
+                        "by": [a.by for a in given] + [by],
+                    },
+                    actor=f"user:{by}",
+                    at=now,
+                )
+                _wake_worker(run, now=now, why="approved")
+            run.save()
+            return step
+    assert refusal is not None
+    raise refusal
+
+
+def step_deny(*, run_id: UUID | str, index: int, by: str, note: str) -> Step:
+    """A person's denial: the step becomes `denied` with the note; the worker's next call for
+    it is refused with `approval_denied`. Refused like `step_approve` when already decided."""
+    note = _note_required(note)
+    refusal: ApplicationError | None = None
+    with transaction.atomic():
+        run, step, request = _approval_locked(run_id, index)
+        now = clock.now()
+        refusal = _approval_refusal(run, step, request) or _expire_if_due(
+            run, step, request, now=now
+        )
+        if refusal is None:
+            _approval_end(
+                run,
+                step,
+                request,
+                action=ResolutionAction.DENY,
+                by=by,
+                note=note,
+                actor=f"user:{by}",
+                now=now,
+            )
+            run.save()
+            return step
+    assert refusal is not None
+    raise refusal
+
+
+def step_wait_decided(*, run_id: UUID | str, index: int, wait_seconds: int) -> Step:
+    """The step; while it is awaiting_approval, up to `wait_seconds` for a decision (the worker's
+    long poll: one request, a cheap indexed read twice a second, never inside a transaction).
+    An approval past its expiry is expired here too, so a waiting worker learns it at once."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        step = Step.objects.filter(run_id=run_id, index=index).first()
+        if step is None:
+            raise ApplicationError(
+                "not_found", f"Run {run_id} has no step {index}.", status_code=404
+            )
+        if step.state != StepState.AWAITING_APPROVAL:
+            return step
+        request = ApprovalRequest.objects.filter(step=step).first()
+        now = clock.now()
+        if request is not None and request.expires_at is not None and request.expires_at <= now:
+            with transaction.atomic():
+                run, locked, request = _approval_locked(run_id, index)
+                _expire_if_due(run, locked, request, now=now)
+            continue
+        if time.monotonic() >= deadline:
+            return step
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+def approval_expire_if_due(*, run_id: UUID | str, index: int) -> bool:
+    """Expire one step's approval when its time is up (its own transaction); True if it did.
+
+    Callers that decide inside a transaction of their own (the desk, with its audit entry) call
+    this first, so the expiry stays recorded when their decision is then refused."""
+    with transaction.atomic():
+        run, step, request = _approval_locked(run_id, index)
+        return _expire_if_due(run, step, request, now=clock.now()) is not None
+
+
+def approvals_expire_due(*, limit: int = 500) -> int:
+    """Beat: pending approvals past their expiry become `denied` (action `expire`)."""
+    now = clock.now()
+    due = list(
+        ApprovalRequest.objects.filter(outcome=ApprovalOutcome.PENDING, expires_at__lte=now)
+        .order_by("expires_at")
+        .values_list("step__run_id", "step__index")[:limit]
+    )
+    expired = 0
+    for run_id, index in due:
+        with transaction.atomic():
+            run, step, request = _approval_locked(run_id, index)
+            if _expire_if_due(run, step, request, now=clock.now()) is not None:
+                expired += 1
+    return expired

@@ -18,3 +18,8 @@ def enforce_deadlines() -> int:
 @shared_task(name="runs.tasks.redispatch_idle_runs")
 def redispatch_idle_runs() -> int:
     return services.runs_redispatch_idle()
+
+
+@shared_task(name="runs.tasks.expire_approvals")
+def expire_approvals() -> int:
+    return services.approvals_expire_due()

@@ -21,6 +21,7 @@ urlpatterns = [
         hot_view("intent", apis.StepIntentApi.as_view()),
         name="run-step-intent",
     ),
+    path("runs/<uuid:run_id>/steps/<int:index>/", apis.StepDetailApi.as_view(), name="run-step"),
     path(
         "runs/<uuid:run_id>/steps/<int:index>/outcome",
         hot_view("outcome", apis.StepOutcomeApi.as_view()),

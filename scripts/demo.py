@@ -606,6 +606,11 @@ def users_ensure() -> list[tuple[str, str, str]]:
                 username=name, password=password, is_staff=(group_name == "admins")
             )
             created.append((name, group_name, password))
+        if not user.email:
+            # escalations mail the supervisors: without an address nobody would be told
+            # (the demo's outbox catches it; see the mail catcher above)
+            user.email = f"{name}@demo.agent-ledger.invalid"
+            user.save(update_fields=["email"])
         user.groups.add(group)
     if created:
         lines = [f"{name}\t{password}\t(group {group})" for name, group, password in created]

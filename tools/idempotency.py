@@ -1,4 +1,4 @@
-"""Enforced idempotency keys: a tool runs at most once per key (DESIGN.md, "Tool gateway").
+"""Enforced idempotency keys: a tool runs at most once per key (docs/api.md, "Tool gateway").
 
 Two transactions, as Stripe and the IETF Idempotency-Key draft do it:
 

@@ -1,4 +1,4 @@
-"""The built-in support-desk tools of DESIGN.md, acting on real tables.
+"""The built-in support-desk tools (docs/api.md, "Tool gateway"), acting on real tables.
 
 Write tools run inside the key's completion transaction (tools.idempotency): their rows commit
 with the key or not at all, and each row carries the key under a unique constraint. An external

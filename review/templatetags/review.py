@@ -10,6 +10,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from review.selectors import waiting_count
+from runs.constants import FINAL_STATUSES
 
 register = template.Library()
 
@@ -71,11 +72,16 @@ def latency(step: Any) -> str:
     return f"{ms} ms" if ms < 10_000 else duration_text(ms // 1000)
 
 
-@register.inclusion_tag("review/_bar.html")
-def budget_bar(label: str, used: Any, limit: Any) -> dict[str, Any]:
-    """One budget bar; warn over 80 %, full at 100 %."""
+@register.inclusion_tag("review/_bar.html", takes_context=True)
+def budget_bar(context: Any, label: str, used: Any, limit: Any) -> dict[str, Any]:
+    """One budget bar; warn over 80 %, full at 100 %, while the run (the context's `run`) can
+    still spend. A finished run's bars are neutral: a healthy run that completed at 20 of 20
+    steps is not an alarm (red means over or near a limit while it matters)."""
     if limit in (None, "", 0):
         return {"label": label, "used": used, "limit": "∞", "pct": 0, "level": "none"}
     pct = float(Decimal(str(used)) / Decimal(str(limit)) * 100)
     level = "over" if pct >= 100 else "warn" if pct >= 80 else "ok"
+    run = context.get("run")
+    if getattr(run, "status", None) in FINAL_STATUSES:
+        level = "done"
     return {"label": label, "used": used, "limit": limit, "pct": min(pct, 100), "level": level}

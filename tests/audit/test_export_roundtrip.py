@@ -206,6 +206,25 @@ def test_verify_export_command_needs_no_database(exported: Path) -> None:
     assert f"run {run_id} event 4: hash does not match" in broken.stdout
 
 
+def test_verify_export_needs_none_of_the_servers_settings(exported: Path) -> None:
+    """An auditor's laptop has the export and the public key, not SECRET_KEY or a database."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SECRET_KEY", "DATABASE_URL", "DEBUG", "DJANGO_SETTINGS_MODULE")
+    }
+    done = subprocess.run(
+        [sys.executable, "manage.py", "verify_export", str(exported), "--public-key", PUBLIC_KEY],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("OK")
+
+
 def test_the_verifier_runs_without_django_at_all(exported: Path, tmp_path: Path) -> None:
     key_file = tmp_path / "public.key"
     key_file.write_text(PUBLIC_KEY + "\n")

@@ -145,6 +145,7 @@ def _dashboard_urls(run_id: str) -> list[str]:
         "index": "0",
         "policy_id": "1",
         "token_id": "1",
+        "rule_id": "1",
         "alert_id": "1",
     }
     urls = []

@@ -33,7 +33,10 @@ def port_in_my_range() -> int:
 
 
 def shot(page: Any, name: str, *, mask: tuple[str, ...] = ()) -> None:
-    """A full-page screenshot into docs/screenshots/; `mask` hides secrets (a new token)."""
+    """A full-page screenshot into docs/screenshots/, only when SCREENSHOTS=1 asks (a test run
+    must not rewrite tracked files); `mask` hides secrets (a new token)."""
+    if os.environ.get("SCREENSHOTS") != "1":
+        return
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(
         path=str(SCREENSHOTS / f"{name}.png"),

@@ -208,3 +208,82 @@ def crash_looped_run(*, agent: str = "looper") -> Run:
     run.refresh_from_db()
     assert (run.status, run.status_reason) == (RunStatus.NEEDS_REVIEW, "recoveries")
     return run
+
+
+@dataclass
+class WaitingStep:
+    run_id: str
+    index: int
+    epoch: int
+
+    @property
+    def run(self) -> Run:
+        return Run.objects.get(pk=self.run_id)
+
+    @property
+    def step(self) -> Step:
+        return Step.objects.get(run_id=self.run_id, index=self.index)
+
+
+def run_awaiting_approval(
+    *,
+    agent: str = "support",
+    customer: str = "ada@example.com",
+    approvals: int = 1,
+    expires_after_seconds: int | None = None,
+    worker: str = "w-7",
+    ttl_seconds: int = 30,
+) -> WaitingStep:
+    """The support agent created a ticket and now wants to email the customer; a rule for
+    `email.*` holds step 1 until people approve it. The worker keeps its lease."""
+    from runs.models import ApprovalRule
+
+    ApprovalRule.objects.get_or_create(
+        agent=agent,
+        tool_pattern="email.*",
+        defaults={
+            "approvals_required": approvals,
+            "expires_after_seconds": expires_after_seconds,
+        },
+    )
+    run, _ = run_create(
+        agent=agent,
+        input={"ticket": "refund please", "customer": customer},
+        actor=f"worker:{worker}",
+    )
+    grant = run_lease_acquire(
+        run_id=run.pk, worker=worker, ttl_seconds=ttl_seconds, actor=f"worker:{worker}"
+    )
+    step_intent_record(
+        run_id=run.pk,
+        epoch=grant.epoch,
+        index=0,
+        kind="tool",
+        name="tickets.create",
+        effect="write",
+        enforced_by="tool",
+        arguments={"customer": customer, "subject": "Refund", "body": "Customer asks a refund"},
+        actor=f"worker:{worker}",
+    )
+    step_outcome_record(
+        run_id=run.pk,
+        index=0,
+        epoch=grant.epoch,
+        status="ok",
+        result={"ticket": {"id": 41, "customer": customer, "subject": "Refund", "status": "open"}},
+        usage={"input_tokens": 0, "output_tokens": 0},
+        actor=f"worker:{worker}",
+    )
+    answer = step_intent_record(
+        run_id=run.pk,
+        epoch=grant.epoch,
+        index=1,
+        kind="tool",
+        name="email.send",
+        effect="write",
+        enforced_by="nobody",
+        arguments={"to": customer, "subject": "Your refund", "body": "Refunded.", "ticket_id": 41},
+        actor=f"worker:{worker}",
+    )
+    assert answer.step.state == StepState.AWAITING_APPROVAL
+    return WaitingStep(run_id=str(run.pk), index=1, epoch=grant.epoch)

@@ -226,11 +226,11 @@ def test_revoked_token_no_longer_opens_the_worker_api(client_for):
     token, raw = worker_token_create(name="pod-1")
     api = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert api.get("/api/v1/tools/").status_code == 200
-    client_for(ADMINS).post(f"/tokens/{token.pk}/revoke")
+    client_for(ADMINS).post(f"/tokens/{token.pk}/revoke", {"confirm": "yes"})
     token.refresh_from_db()
     assert token.revoked_at is not None
     assert api.get("/api/v1/tools/").status_code == 401
-    assert client_for(ADMINS).post("/tokens/999999/revoke").status_code == 302
+    assert client_for(ADMINS).post("/tokens/999999/revoke", {"confirm": "yes"}).status_code == 302
     assert AuditEntry.objects.filter(action="token.revoke").count() == 1
 
 

@@ -89,11 +89,23 @@ def test_supervisor_sends_the_email_back_for_retry_and_the_run_completes(browser
     item = killed_support_run()
     page = _login(browser, base, "sam")
     _open_item_from_queue(page, base, item)
+    # nobody enforces email.send: the page says a retry may send it twice, and asks
+    assert "may get it twice" in page.locator("#retry-warning").inner_text()
     page.fill("#note", "Not in the SMTP log: send it again with the same key.")
+    page.click("button[value=retry]")
+    page.locator("#decision-error").wait_for()
+    assert "may make it happen twice" in page.locator("#decision-error").inner_text()
+    assert item.step.state == StepState.UNKNOWN
+    # the typed note survived the refusal; confirming lets the retry through
+    assert page.locator("#note").input_value().startswith("Not in the SMTP log")
+    shot(page, "risky-retry-confirmation")
+    page.check("#confirm-repeat")
     page.click("button[value=retry]")
     page.locator("#resolved-by").wait_for()
     assert "Resolved as retry by sam" in page.locator("#resolved-by").inner_text()
     assert item.step.state == StepState.INTERRUPTED
+    entry = AuditEntry.objects.get(action="step.resolve.retry")
+    assert entry.details["confirmed_may_repeat"] is True
     page.goto(f"{base}/runs/{item.run_id}/")
     _worker(base).finish(item.run_id)
     page.locator("#run-status", has_text="completed").wait_for()
@@ -203,7 +215,7 @@ def test_admin_pages_policies_tokens_and_audit_log(browser, review_server):
     page.fill("#limits input[name=steps]", "80")
     page.fill("#limits input[name=note]", "long refund thread")
     page.click("#limits button[type=submit]")
-    page.locator("#messages", has_text="Limits raised.").wait_for()
+    page.locator("#messages", has_text="Limits raised").wait_for()
 
     page.click("nav >> text=Audit log")
     text = page.locator("main").inner_text()

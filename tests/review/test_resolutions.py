@@ -136,7 +136,7 @@ def test_htmx_resolution_answers_the_decision_partial_and_tells_the_queue(unknow
     client = _client(SUPERVISORS)
     response = client.post(
         f"/queue/{unknown_step.run_id}/2/resolve",
-        {"action": "retry", "note": "not in the log"},
+        {"action": "retry", "note": "not in the log", "confirm_repeat": "on"},
         HTTP_HX_REQUEST="true",
     )
     assert response.status_code == 200
@@ -240,3 +240,20 @@ def test_raising_limits_only_raises_and_is_audited(unknown_step):
     entry = AuditEntry.objects.get(action="run.limits.raise")
     assert entry.details["before"]["limit_steps"] == str(limit)
     assert Event.objects.filter(run_id=unknown_step.run_id, type="limits_raised").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_retry_of_a_step_nobody_enforces_needs_the_may_happen_twice_confirmation(unknown_step):
+    """First use: "Retry (same key)" on email.send (enforced by nobody) mailed the customer a
+    second time, with no warning. Now the retry is refused until the supervisor confirms."""
+    events = Event.objects.filter(run_id=unknown_step.run_id).count()
+    client = _client(SUPERVISORS)
+    page = client.get(f"/queue/{unknown_step.run_id}/2/").content.decode()
+    assert "Retry (may happen twice)" in page and 'id="confirm-repeat"' in page
+    refused = _resolve(client, unknown_step, action="retry", note="not in the log")
+    assert any("may make it happen twice" in m for m in _messages(refused))
+    _unchanged(unknown_step, events)
+    _resolve(client, unknown_step, action="retry", note="not in the log", confirm_repeat="on")
+    assert unknown_step.step.state == StepState.INTERRUPTED
+    entry = AuditEntry.objects.get(action="step.resolve.retry")
+    assert entry.details["confirmed_may_repeat"] is True

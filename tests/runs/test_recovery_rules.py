@@ -1,4 +1,4 @@
-"""After a lost lease, each open intent lands in the state DESIGN.md's recovery rules give it."""
+"""After a lost lease, each open intent lands in the state the recovery rules (docs/api.md, "Recovery rules") give it."""
 
 from typing import Any
 

@@ -1,0 +1,85 @@
+"""Asking a tool whether an idempotency key took effect: the optional per-tool lookup.
+
+A tool that keeps its own record of keys (`enforced_by: tool`, or any tool that can answer) may
+declare a lookup in `LEDGER_TOOL_LOOKUPS`, a mapping of tool name to either
+
+- a dotted path to a callable `(key: str) -> "completed" | "absent" | None`, or
+- an `http(s)://` URL template with `{key}`, answering JSON `{"state": "completed" | "absent"}`.
+
+A lookup that takes longer than 2 s, errors, or answers anything else is "no answer": the item
+stays for a person. A definite answer settles an unknown step (review.services), recorded as
+evidence in the step's resolution and the audit log.
+"""
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+logger = logging.getLogger(__name__)
+
+TIMEOUT_SECONDS = 2.0
+ANSWERS = ("completed", "absent")
+
+
+@dataclass(frozen=True)
+class LookupAnswer:
+    state: str  # completed | absent | no_answer
+    source: str  # the callable or URL asked
+    detail: str = ""
+
+
+def lookup_for(tool: str) -> str | None:
+    lookups: dict[str, str] = getattr(settings, "LEDGER_TOOL_LOOKUPS", {}) or {}
+    return lookups.get(tool)
+
+
+def tool_lookup(tool: str, key: str) -> LookupAnswer | None:
+    """The tool's answer for `key`, or None when the tool declares no lookup."""
+    target = lookup_for(tool)
+    if not target:
+        return None
+    if target.startswith(("http://", "https://")):
+        return _ask_url(target, key)
+    return _ask_callable(target, key)
+
+
+def _ask_url(template: str, key: str) -> LookupAnswer:
+    import httpx
+
+    url = template.replace("{key}", quote(key, safe=""))
+    try:
+        answer = httpx.get(url, timeout=TIMEOUT_SECONDS)
+        state: Any = answer.json().get("state") if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        return LookupAnswer("no_answer", template, f"{type(exc).__name__}: {exc}"[:200])
+    if state not in ANSWERS:
+        return LookupAnswer("no_answer", template, f"HTTP {answer.status_code}, state {state!r}")
+    return LookupAnswer(str(state), template)
+
+
+def _ask_callable(path: str, key: str) -> LookupAnswer:
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as Late
+
+    try:
+        fn = import_string(path)
+    except ImportError as exc:
+        return LookupAnswer("no_answer", path, f"not importable: {exc}"[:200])
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(fn, key)
+    try:
+        state = future.result(timeout=TIMEOUT_SECONDS)
+    except Late:
+        return LookupAnswer("no_answer", path, f"no answer within {TIMEOUT_SECONDS:g} s")
+    except Exception as exc:  # the tool's own code: any failure is "no answer"
+        logger.warning("lookup %s failed for %s: %r", path, key, exc)
+        return LookupAnswer("no_answer", path, f"{type(exc).__name__}: {exc}"[:200])
+    finally:
+        pool.shutdown(wait=False)
+    if state not in ANSWERS:
+        return LookupAnswer("no_answer", path, f"answered {state!r}")
+    return LookupAnswer(str(state), path)
