@@ -14,11 +14,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import services
+from runs.access import agent_check_allowed, run_check_visible
 from runs.api_errors import error_response
 from runs.authentication import actor_of
 from runs.constants import Effect, EnforcedBy, StepKind
 from runs.models import Event, Run, Step
 from runs.representations import event_json, run_json, step_json
+from tools.gateway import gateway_step_run
 
 MAX_STEP_INDEX = 100_000
 MAX_TOKENS_PER_CALL = 10**12
@@ -192,10 +194,12 @@ class RunCreateApi(APIView):
             201: RunOutputSerializer,
             200: RunOutputSerializer,
             **_errors("validation_error", http=400, also=(401, 413)),
+            **_errors("agent_not_allowed: the token is limited to other agents", http=403),
         },
     )
     def post(self, request: Request) -> Response:
         data = _validated(self.InputSerializer, request)
+        agent_check_allowed(principal=request.user, agent=data["agent"])
         if data["input"] is None:
             data["input"] = {}
         run, created = services.run_create(**data, actor=actor_of(request))
@@ -210,6 +214,7 @@ class RunDetailApi(APIView):
         responses={200: RunOutputSerializer, **_errors("not_found", http=404, also=(401,))},
     )
     def get(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         run = Run.objects.filter(pk=run_id).first()
         if run is None:
             return error_response("not_found", f"No run {run_id}.", 404)
@@ -239,6 +244,7 @@ class RunLeaseApi(APIView):
         },
     )
     def post(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
         grant = services.run_lease_acquire(run_id=run_id, **data, actor=actor_of(request))
         return Response(
@@ -272,6 +278,7 @@ class RunHeartbeatApi(APIView):
         responses={200: OutputSerializer, **_errors("stale_epoch", also=COMMON)},
     )
     def post(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(EpochSerializer, request)
         beat = services.run_heartbeat(run_id=run_id, epoch=data["epoch"])
         expires = beat.expires_at.isoformat() if beat.expires_at else None
@@ -296,8 +303,19 @@ class StepIntentApi(APIView):
         )
         arguments = JSONObjectField()
         outcome = OutcomeFieldsSerializer(required=False, allow_null=True, default=None)
+        invoke = serializers.BooleanField(
+            default=False,
+            help_text="Run the registered gateway tool `name` under the step's key and answer "
+            "the step done or error, in this one call.",
+        )
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            if attrs.get("invoke") and (
+                attrs.get("outcome") is not None or attrs["kind"] != StepKind.TOOL
+            ):
+                raise serializers.ValidationError(
+                    {"invoke": ["A gateway step is a tool step and brings no outcome."]}
+                )
             if attrs["effect"] == Effect.WRITE and attrs.get("outcome") is not None:
                 raise serializers.ValidationError(
                     {
@@ -319,14 +337,21 @@ class StepIntentApi(APIView):
             201: StepOutputSerializer,
             200: StepOutputSerializer,
             **_errors(
-                "stale_epoch | out_of_order | nondeterministic | budget_exceeded | needs_review | run_finished",
+                "stale_epoch | out_of_order | nondeterministic | budget_exceeded | needs_review | "
+                "run_finished | idempotency_in_progress (invoke)",
                 also=COMMON,
             ),
         },
     )
     def post(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
-        result = services.step_intent_record(run_id=run_id, **data, actor=actor_of(request))
+        if data.pop("invoke"):
+            data.pop("outcome")
+            del data["kind"]
+            result: Any = gateway_step_run(run_id=run_id, **data, actor=actor_of(request))
+        else:
+            result = services.step_intent_record(run_id=run_id, **data, actor=actor_of(request))
         body = step_json(result.step)
         if result.budget_refusal is not None:
             return _budget_refusal_response(result.budget_refusal, {"step": body})
@@ -354,6 +379,7 @@ class StepOutcomeApi(APIView):
         },
     )
     def post(self, request: Request, run_id: str, index: int) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
         result = services.step_outcome_record(
             run_id=run_id, index=index, **data, actor=actor_of(request)
@@ -375,6 +401,7 @@ class RunCompleteApi(APIView):
         responses={200: RunOutputSerializer, **_errors("stale_epoch", also=COMMON)},
     )
     def post(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
         run = services.run_complete(run_id=run_id, **data, actor=actor_of(request))
         return Response(run_json(run))
@@ -391,6 +418,7 @@ class RunFailApi(APIView):
         responses={200: RunOutputSerializer, **_errors("stale_epoch", also=COMMON)},
     )
     def post(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
         run = services.run_fail(run_id=run_id, **data, actor=actor_of(request))
         return Response(run_json(run))
@@ -407,6 +435,7 @@ class RunJournalApi(APIView):
         responses={200: OutputSerializer, **_errors("not_found", http=404, also=(401,))},
     )
     def get(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         if not Run.objects.filter(pk=run_id).exists():
             return error_response("not_found", f"No run {run_id}.", 404)
         steps = Step.objects.filter(run_id=run_id).order_by("index")

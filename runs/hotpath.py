@@ -29,6 +29,7 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import APIException
 
 from runs import services
+from runs.access import run_check_visible
 from runs.api_errors import ApplicationError, StrictJSONParser
 from runs.apis import MAX_EPOCH, MAX_STEP_INDEX, MAX_TOKENS_PER_CALL
 from runs.authentication import principal_for
@@ -243,6 +244,7 @@ def answer(
         raise Decline from exc
     actor = str(principal)
     try:
+        run_check_visible(principal=principal, run_id=run_id)
         if call == "intent":
             return _intent_call(run_id, data, actor)
         if call == "outcome":

@@ -234,13 +234,26 @@ class Event(models.Model):
         return f"{self.run_id}@{self.seq} {self.type}"
 
 
+class TokenScope(models.TextChoices):
+    """What a token may do beyond the worker API (space-separated in `WorkerToken.scope`)."""
+
+    WORKER = "worker"
+    # free-form gateway keys, for callers that are not agents (no journalled intent needed)
+    TOOLS_DIRECT = "tools:direct"
+
+
 class WorkerToken(models.Model):
-    """A named, revocable bearer token for workers; only its sha256 is stored."""
+    """A named, revocable bearer token for workers; only its sha256 is stored.
+
+    `agents`: the agents whose runs (and their keys) the token may see and write; empty means
+    all agents (every token made before scoping existed keeps that access).
+    """
 
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=12)
     token_hash = models.CharField(max_length=64, unique=True)
-    scope = models.CharField(max_length=20, default="worker")
+    scope = models.CharField(max_length=100, default=TokenScope.WORKER)
+    agents = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -255,3 +268,7 @@ class WorkerToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        return frozenset(self.scope.split())

@@ -4,6 +4,7 @@ The caller of a private `_` helper holds the run's row lock (SELECT ... FOR UPDA
 services take it themselves through `lock_objects.run_for_update`.
 """
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -31,6 +32,8 @@ from runs.lock_objects import run_for_update
 from runs.models import BudgetPolicy, Event, Run, Step
 from runs.recovery import key_state_lookup
 from runs.signals import run_resumable
+
+logger = logging.getLogger(__name__)
 
 
 class InvalidTransition(Exception):
@@ -947,3 +950,36 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
             _resume_after_review(run, actor=f"user:{by}", now=now, why="limits_raised")
         run.save()
         return run
+
+
+def step_outcome_from_gateway(
+    *, run_id: UUID | str, index: int, epoch: int, ok: bool, result: Any, actor: str
+) -> kernel.StepAnswer | None:
+    """The gateway records a step's outcome when it completes (or fails) the step's key.
+
+    Runs inside the transaction that finishes the key, so the tool's rows, the key's response,
+    the step's outcome and its `step_done` / `step_error` event commit together. A refusal (the
+    run moved to another epoch, the step is no longer an open intent) records nothing and is
+    not an error: the effect happened under the key, and whoever holds the step now gets the
+    key's stored response and its outcome from the next invoke (or recovery reconciles it).
+    Returns the journal's answer, or None when it refused.
+    """
+    try:
+        return kernel.step_outcome(
+            run_id=run_id,
+            index=index,
+            epoch=epoch,
+            status="ok" if ok else "error",
+            result=result,
+            usage=None,
+            actor=actor,
+        )
+    except ApplicationError as refusal:
+        logger.info(
+            "gateway outcome of %s step %s not recorded: %s %s",
+            run_id,
+            index,
+            refusal.code,
+            refusal.details,
+        )
+        return None

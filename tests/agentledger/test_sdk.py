@@ -354,7 +354,11 @@ def test_gateway_tools_run_with_the_step_key_and_refusals_are_recorded_errors(
     assert IdempotencyKey.objects.get(key=create.idempotency_key).state == "completed"
     assert comment.state == "error"
     assert comment.result is not None
-    assert refused.value.result["error"] == comment.result["error"] == "ticket_not_found"
+    # the gateway's stored failure, recorded by the gateway itself (one call per step)
+    assert refused.value.result == comment.result
+    assert comment.result["error"]["code"] == "ticket_not_found"
+    events = list(Event.objects.filter(run_id=run.id).values_list("type", flat=True))
+    assert events.count("step_done") == 2 and events.count("step_error") == 1
     assert RunRow.objects.get(pk=run.id).status == "completed"
 
 
