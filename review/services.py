@@ -23,7 +23,7 @@ from review.roles import SUPERVISORS
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.constants import RunStatus, StepState
-from runs.models import BudgetPolicy, Run, Step, WorkerToken
+from runs.models import BudgetPolicy, Run, Step, TokenScope, WorkerToken
 from runs.services import run_limits_raise, run_review_decide, step_resolve
 from runs.tokens import worker_token_create, worker_token_revoke
 
@@ -264,7 +264,13 @@ def budget_policy_save(
 # --- worker tokens -----------------------------------------------------------------------------
 
 
-def review_token_create(*, user: AbstractBaseUser, name: str) -> tuple[WorkerToken, str]:
+def review_token_create(
+    *,
+    user: AbstractBaseUser,
+    name: str,
+    agents: list[str] | tuple[str, ...] = (),
+    tools_direct: bool = False,
+) -> tuple[WorkerToken, str]:
     name = name.strip()
     if not name:
         raise ApplicationError(
@@ -274,12 +280,22 @@ def review_token_create(*, user: AbstractBaseUser, name: str) -> tuple[WorkerTok
             details={"name": ["Required."]},
         )
     with transaction.atomic():
-        token, raw = worker_token_create(name=name, created_by=user.get_username())
+        token, raw = worker_token_create(
+            name=name,
+            created_by=user.get_username(),
+            agents=tuple(agents),
+            scopes=(TokenScope.TOOLS_DIRECT,) if tools_direct else (),
+        )
         audit_record(
             actor=user,
             action="token.create",
             target=f"token:{token.pk}",
-            details={"name": token.name, "prefix": token.prefix},
+            details={
+                "name": token.name,
+                "prefix": token.prefix,
+                "scope": token.scope,
+                "agents": token.agents,
+            },
         )
         return token, raw
 
