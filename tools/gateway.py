@@ -23,6 +23,7 @@ from runs.kernel import StepAnswer
 from runs.models import Step
 from runs.selectors import KeyStep
 from runs.services import step_intent_record
+from tools.crash import crash_point
 from tools.idempotency import ToolError
 from tools.registry import ToolContext, tool_get, write_invoke
 
@@ -60,6 +61,7 @@ def gateway_step_run(
     validated = found.validate(arguments)  # 400 before anything is journalled
     if found.effect == Effect.READ:
         return _read_step(found.fn, validated, run_id, epoch, index, name, arguments, actor)
+    crash_point("before_intent")
     intent = step_intent_record(
         run_id=run_id,
         epoch=epoch,
@@ -74,6 +76,7 @@ def gateway_step_run(
     step = intent.step
     if step.state != StepState.INTENT:
         return GatewayStep(step=step, created=False)  # recorded before: replay it
+    crash_point("after_intent")
     answers: list[StepAnswer | None] = []
     write_invoke(
         found,

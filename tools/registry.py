@@ -22,8 +22,10 @@ from runs.constants import Effect, StepState
 from runs.kernel import StepAnswer
 from runs.selectors import KeyStep, step_for_key
 from runs.services import step_outcome_from_gateway
+from tools.crash import crash_point
 from tools.idempotency import (
     Outcome,
+    Reservation,
     ToolError,
     current_reservation,
     idempotency_key_validate,
@@ -270,13 +272,20 @@ def write_invoke(
     on_finish = None
     if step is not None:
         on_finish = _outcome_recorder(step, epoch=epoch, actor=actor, recorded=recorded)
+
+    def execute(reservation: Reservation) -> Any:
+        crash_point("inside_tool")
+        result = found.fn(
+            validated, ToolContext(tool=found.name, idempotency_key=reservation.key, actor=actor)
+        )
+        crash_point("before_outcome_commit")
+        return result
+
     outcome = idempotency_run(
         key=key,
         tool=found.name,
         arguments=arguments,
-        execute=lambda reservation: found.fn(
-            validated, ToolContext(tool=found.name, idempotency_key=reservation.key, actor=actor)
-        ),
+        execute=execute,
         actor=actor,
         on_finish=on_finish,
     )

@@ -142,13 +142,16 @@ def tools_server(
 @pytest.fixture
 def killable_server(
     django_db_setup: Any, smtp_server: SmtpRecorder
-) -> Iterator[Callable[[], tuple[str, subprocess.Popen]]]:
-    """Start a one-worker gunicorn in its own process group; the test may SIGKILL the group."""
+) -> Iterator[Callable[..., tuple[str, subprocess.Popen]]]:
+    """Start a one-worker gunicorn in its own process group; the test may SIGKILL the group.
+
+    `start(**env)` adds environment variables (a crash point, a shorter lock timeout)."""
     started: list[subprocess.Popen] = []
 
-    def start() -> tuple[str, subprocess.Popen]:
+    def start(**extra_env: str) -> tuple[str, subprocess.Popen]:
         port = port_in_range()
-        proc = _gunicorn(port, workers=1, threads=2, env=_server_env(smtp_server.port))
+        env = {**_server_env(smtp_server.port), **extra_env}
+        proc = _gunicorn(port, workers=1, threads=2, env=env)
         started.append(proc)
         url = f"http://127.0.0.1:{port}"
         wait_for_http(f"{url}/api/v1/tools/", proc=proc)
