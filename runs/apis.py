@@ -17,7 +17,7 @@ from runs import services
 from runs.access import agent_check_allowed, run_check_visible
 from runs.api_errors import error_response
 from runs.authentication import actor_of
-from runs.constants import Effect, EnforcedBy, StepKind
+from runs.constants import Effect, EnforcedBy, RunRunner, StepKind
 from runs.models import Event, Run, Step
 from runs.representations import event_json, run_json, step_json
 from tools.gateway import gateway_step_run
@@ -87,6 +87,11 @@ class RunOutputSerializer(serializers.Serializer):
     external_id = serializers.CharField(allow_null=True)
     status = serializers.CharField()
     status_reason = serializers.CharField()
+    runner = serializers.ChoiceField(
+        choices=RunRunner.choices,
+        help_text="celery: run by the agents' Celery task (re-dispatched after a lost lease); "
+        "external: resumed only by its own process.",
+    )
     input = serializers.JSONField()
     output = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)

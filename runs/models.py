@@ -7,7 +7,15 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
-from runs.constants import Effect, EnforcedBy, Resolution, RunStatus, StepKind, StepState
+from runs.constants import (
+    Effect,
+    EnforcedBy,
+    Resolution,
+    RunRunner,
+    RunStatus,
+    StepKind,
+    StepState,
+)
 
 LIVE = [RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED, RunStatus.NEEDS_REVIEW]
 
@@ -59,6 +67,12 @@ class Run(models.Model):
     error = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
     status_reason = models.CharField(max_length=200, blank=True, default="")
+    runner = models.CharField(
+        max_length=10,
+        choices=RunRunner.choices,
+        default=RunRunner.EXTERNAL,
+        db_default=RunRunner.EXTERNAL,
+    )
     policy = models.ForeignKey(BudgetPolicy, null=True, blank=True, on_delete=models.SET_NULL)
 
     limit_steps = models.PositiveIntegerField()
@@ -110,6 +124,9 @@ class Run(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(status__in=RunStatus.values), name="run_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(runner__in=RunRunner.values), name="run_runner_valid"
             ),
             models.CheckConstraint(
                 condition=Q(lease_worker__isnull=True) | Q(lease_expires_at__isnull=False),

@@ -25,6 +25,7 @@ from runs.constants import (
     Effect,
     EnforcedBy,
     Resolution,
+    RunRunner,
     RunStatus,
     StepState,
 )
@@ -196,9 +197,18 @@ def _check_epoch(run: Run, epoch: int) -> None:
 
 
 def run_create(
-    *, agent: str, input: Any, external_id: str | None = None, actor: str
+    *,
+    agent: str,
+    input: Any,
+    external_id: str | None = None,
+    actor: str,
+    runner: str = RunRunner.EXTERNAL,
 ) -> tuple[Run, bool]:
-    """Create a run with its policy's limits copied in; the same (agent, external_id) attaches."""
+    """Create a run with its policy's limits copied in; the same (agent, external_id) attaches.
+
+    `runner`: `celery` for runs the agents' Celery task runs (re-dispatched by the reaper and the
+    idle sweep), `external` for every other caller (resumed only by its own process).
+    """
     if external_id is not None:
         existing = Run.objects.filter(agent=agent, external_id=external_id).first()
         if existing is not None:
@@ -222,6 +232,7 @@ def run_create(
                 agent=agent,
                 external_id=external_id,
                 input=input,
+                runner=runner,
                 policy=policy,
                 limit_steps=limits["max_steps"],
                 limit_tokens=limits["max_tokens"],
@@ -240,6 +251,7 @@ def run_create(
                     "external_id": external_id,
                     "policy": policy.name if policy else None,
                     "limits": budget_of(run)["limits"],
+                    "runner": runner,
                 },
                 actor=actor,
                 at=now,
@@ -640,11 +652,7 @@ def run_lease_expire(*, run_id: UUID | str, actor: str = "system:reaper") -> Run
             run.lease_expires_at = None
         run.save()
         if run.status == RunStatus.INTERRUPTED:
-            transaction.on_commit(
-                lambda: run_resumable.send(
-                    sender=Run, run_id=run.pk, agent=run.agent, reason="interrupted"
-                )
-            )
+            _offer_on_commit(run, reason="interrupted")
         return run
 
 
@@ -675,7 +683,7 @@ def runs_redispatch_idle(*, idle_seconds: int | None = None, limit: int = 500) -
         status=RunStatus.RUNNING, lease_worker__isnull=True
     )
     candidates = list(
-        Run.objects.filter(nobody_on_it, updated_at__lt=cutoff)
+        Run.objects.filter(nobody_on_it, updated_at__lt=cutoff, runner=RunRunner.CELERY)
         .order_by("updated_at")
         .values_list("pk", "agent")[:limit]
     )
@@ -687,6 +695,26 @@ def runs_redispatch_idle(*, idle_seconds: int | None = None, limit: int = 500) -
             run_resumable.send(sender=Run, run_id=run_id, agent=agent, reason="idle")
             offered += 1
     return offered
+
+
+def run_runner_claim_for_celery(*, run_id: UUID | str) -> bool:
+    """The agents' Celery task starting a run that never started makes it a `celery` run (so the
+    reaper re-dispatches it). A run already under way keeps its runner. Returns whether it is
+    a celery run now."""
+    Run.objects.filter(pk=run_id, status=RunStatus.PENDING, runner=RunRunner.EXTERNAL).update(
+        runner=RunRunner.CELERY
+    )
+    return Run.objects.filter(pk=run_id, runner=RunRunner.CELERY).exists()
+
+
+def _offer_on_commit(run: Run, *, reason: str) -> None:
+    """Offer a resumable run to the Celery workers once this transaction commits: only runs whose
+    runner is `celery`; an external run is resumed by its own process, never taken over."""
+    if run.runner != RunRunner.CELERY:
+        return
+    transaction.on_commit(
+        lambda: run_resumable.send(sender=Run, run_id=run.pk, agent=run.agent, reason=reason)
+    )
 
 
 def run_deadline_enforce(*, run_id: UUID | str, actor: str = "system:deadlines") -> Run | None:
@@ -739,9 +767,7 @@ def _resume_after_review(run: Run, *, actor: str, now: datetime, why: str) -> No
     _event_append(
         run, type="run_resumed", payload={"why": why, "epoch": run.epoch}, actor=actor, at=now
     )
-    transaction.on_commit(
-        lambda: run_resumable.send(sender=Run, run_id=run.pk, agent=run.agent, reason=why)
-    )
+    _offer_on_commit(run, reason=why)
 
 
 def step_resolve(
