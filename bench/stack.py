@@ -143,8 +143,9 @@ def reset_journal_tables() -> None:
         conn.execute("VACUUM ANALYZE")
 
 
-def worker_token() -> str:
-    out = manage("create_worker_token", f"bench-{os.getpid()}")
+def worker_token(*options: str) -> str:
+    """A new worker token; `options` as for create_worker_token (e.g. "--scope", "tools:direct")."""
+    out = manage("create_worker_token", f"bench-{os.getpid()}", *options)
     return out.strip().splitlines()[-1].strip()
 
 
