@@ -13,16 +13,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs import services
+from runs import selectors, services
 from runs.access import agent_check_allowed, run_check_visible
 from runs.api_errors import error_response
 from runs.authentication import actor_of
-from runs.constants import Effect, EnforcedBy, RunRunner, StepKind
+from runs.constants import Effect, EnforcedBy, RunRunner, RunStatus, StepKind
 from runs.models import Event, Run, Step
 from runs.representations import event_json, run_json, step_json
 from tools.gateway import gateway_step_run
 
 MAX_STEP_INDEX = 100_000
+MAX_PAGE = 200
+MAX_WAIT_SECONDS = 60
 MAX_TOKENS_PER_CALL = 10**12
 
 
@@ -212,14 +214,72 @@ class RunCreateApi(APIView):
             run_json(run), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
         )
 
+    class ListQuerySerializer(serializers.Serializer):
+        agent = serializers.CharField(max_length=100, required=False)
+        external_id = serializers.CharField(max_length=200, required=False)
+        status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
+        created_after = serializers.DateTimeField(required=False)
+        cursor = serializers.CharField(
+            max_length=500, required=False, help_text="next_cursor of the previous page."
+        )
+        limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, default=50)
+
+    @extend_schema_serializer(component_name="RunListOutput")
+    class ListOutputSerializer(serializers.Serializer):
+        runs = RunOutputSerializer(many=True)
+        next_cursor = serializers.CharField(allow_null=True)
+
+    @extend_schema(
+        operation_id="runs_list",
+        summary="Find runs (newest first, cursor pagination; only runs the token may see)",
+        parameters=[ListQuerySerializer],
+        responses={
+            200: ListOutputSerializer,
+            **_errors("validation_error: a bad filter, limit or a tampered cursor", http=400),
+            **_errors("not_authenticated", http=401),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        query = self.ListQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        page = selectors.runs_find(principal=request.user, **query.validated_data)
+        return Response(
+            {"runs": [run_json(run) for run in page.runs], "next_cursor": page.next_cursor}
+        )
+
 
 class RunDetailApi(APIView):
+    class QuerySerializer(serializers.Serializer):
+        wait = serializers.RegexField(
+            r"^[0-9]{1,2}$",
+            required=False,
+            help_text="Seconds (0-60) to wait for the run to be final, need review or be over "
+            "budget; the run is answered then, or when the time is up, either way.",
+            error_messages={"invalid": f"An integer from 0 to {MAX_WAIT_SECONDS}."},
+        )
+
+        def validate_wait(self, value: str) -> int:
+            if int(value) > MAX_WAIT_SECONDS:
+                raise serializers.ValidationError(f"An integer from 0 to {MAX_WAIT_SECONDS}.")
+            return int(value)
+
     @extend_schema(
         operation_id="runs_retrieve",
-        responses={200: RunOutputSerializer, **_errors("not_found", http=404, also=(401,))},
+        parameters=[QuerySerializer],
+        responses={
+            200: RunOutputSerializer,
+            **_errors("validation_error: wait not an integer in 0..60", http=400),
+            **_errors("not_found", http=404, also=(401,)),
+        },
     )
     def get(self, request: Request, run_id: str) -> Response:
         run_check_visible(principal=request.user, run_id=run_id)
+        query = self.QuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        if "wait" in request.query_params and "wait" not in query.validated_data:  # ?wait=
+            raise serializers.ValidationError(
+                {"wait": [f"An integer from 0 to {MAX_WAIT_SECONDS}."]}
+            )
         run = Run.objects.filter(pk=run_id).first()
         if run is None:
             return error_response("not_found", f"No run {run_id}.", 404)
