@@ -253,6 +253,21 @@ def gunicorn(
         stop(proc)
 
 
+@contextmanager
+def uvicorn(*, env: dict[str, str] | None = None) -> Iterator[str]:
+    """One uvicorn process serving config.asgi (the ?wait= long polls); yields its base URL."""
+    port = free_port()
+    args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--port", str(port)]
+    args += ["--log-level", "warning", "--no-access-log"]
+    proc = spawn(args, log_name=f"uvicorn-{port}", env=env or project_env())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/api/v1/schema/", proc)
+        yield url
+    finally:
+        stop(proc)
+
+
 def gunicorn_command(workers: int, threads: int) -> str:
     return " ".join(gunicorn_args(8600, workers, threads)[1:]).replace(
         str(Path(sys.executable)), "python"

@@ -67,6 +67,10 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
+if os.environ.get("LEDGER_ASGI") == "1":
+    # config/asgi.py (the long polls): only async-capable middleware, so a waiter holds no thread
+    MIDDLEWARE.remove("whitenoise.middleware.WhiteNoiseMiddleware")
+
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
 

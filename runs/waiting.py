@@ -64,6 +64,7 @@ class Listener:
         self.connection: psycopg.AsyncConnection[Any] | None = None
         self.reader: psycopg.AsyncConnection[Any] | None = None
         self.reading = asyncio.Lock()
+        self.reads: dict[str, asyncio.Task[Run | None]] = {}
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -74,7 +75,17 @@ class Listener:
 
     async def read(self, run_id: str) -> Run | None:
         """The run as committed now, as a Run instance (for run_json), read on this listener's
-        own connection."""
+        own connection. Waiters woken together by one notification share one read."""
+        task = self.reads.get(run_id)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(self._read(run_id))
+            self.reads[run_id] = task
+            task.add_done_callback(
+                lambda t: self.reads.pop(run_id, None) if self.reads.get(run_id) is t else None
+            )
+        return await asyncio.shield(task)
+
+    async def _read(self, run_id: str) -> Run | None:
         assert self.reader is not None
         async with self.reading:
             cursor = await self.reader.execute(_READ_RUN, [run_id])
@@ -147,8 +158,29 @@ async def shared_listener() -> Listener:
 _READ_RUN = "SELECT * FROM runs_run WHERE id = %s"
 
 
-def _close_connection() -> None:
-    connection.close()  # the calling thread's connection (looked up here, not in the loop)
+FIRST_READS_AT_ONCE = 8
+_first_read_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _first_reads() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    slots = _first_read_slots.get(loop)
+    if slots is None:
+        slots = _first_read_slots[loop] = asyncio.Semaphore(FIRST_READS_AT_ONCE)
+    return slots
+
+
+def _answer_and_close(drf_view: Callable[..., Any], request: HttpRequest, run_id: UUID) -> Any:
+    """The DRF view's answer, rendered, in the request's thread; then that thread's connection
+    is closed (looked up here, not in the event loop): a waiter holds no Django connection."""
+    try:
+        response = drf_view(request, run_id=run_id)
+        response.render()
+        return response
+    finally:
+        connection.close()
 
 
 async def run_wait(*, run_id: str, seconds: int, shared: bool = True) -> Run | None:
@@ -187,8 +219,12 @@ def wait_door(drf_view: Callable[..., Any]) -> Callable[..., Any]:
     `?wait=N` and a run not yet settled, this async view then waits for it without a thread."""
 
     async def view(request: HttpRequest, run_id: UUID) -> Any:
-        response = await sync_to_async(drf_view)(request, run_id=run_id)
-        await sync_to_async(response.render)()  # in the request's thread, as Django would
+        if "wait" not in request.GET:
+            return await sync_to_async(drf_view)(request, run_id=run_id)
+        # a burst of waiters must not open a connection each: a few at a time answer the first
+        # read, each giving its connection back before it waits
+        async with _first_reads():
+            response = await sync_to_async(_answer_and_close)(drf_view, request, run_id)
         wait = request.GET.get("wait")
         data = getattr(response, "data", None)
         if (
@@ -201,8 +237,6 @@ def wait_door(drf_view: Callable[..., Any]) -> Callable[..., Any]:
         ):
             return response
         shared = isinstance(request, ASGIRequest)
-        # this request's Django connection is not needed while it waits: give it back
-        await sync_to_async(_close_connection)()
         run = await run_wait(run_id=str(run_id), seconds=int(wait), shared=shared)
         if run is None:  # deleted meanwhile: what the view said is all there is
             return response
