@@ -91,6 +91,7 @@ class Transport:
         idempotent: bool = True,
         retry_on: frozenset[int] = RETRY_STATUSES,
         accept: tuple[int, ...] = (200, 201),
+        params: dict[str, Any] | None = None,
         timeout: float | None = None,
     ) -> Response:
         """Send one call; retry connection errors and `retry_on` statuses when `idempotent`.
@@ -103,12 +104,14 @@ class Transport:
         last: str = ""
         while True:
             try:
-                if timeout is None:
-                    response = self.client.request(method, path, json=json, headers=headers)
-                else:
-                    response = self.client.request(
-                        method, path, json=json, headers=headers, timeout=timeout
-                    )
+                response = self.client.request(
+                    method,
+                    path,
+                    json=json,
+                    headers=headers,
+                    params=params,
+                    timeout=self.client.timeout if timeout is None else timeout,
+                )
             except httpx.TransportError as exc:
                 never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
                 last = f"{type(exc).__name__}: {exc}"

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
 from agentledger._http import Transport
 from agentledger._run import Run, StepInfo
+
+MAX_WAIT_SECONDS = 60  # the most one ?wait= call may ask for
+SETTLED_STATUSES = frozenset(
+    {"completed", "failed", "abandoned", "needs_review", "budget_exceeded"}
+)
 
 
 def default_worker_name() -> str:
@@ -41,6 +47,7 @@ class Ledger:
         if not url or not token:
             raise ValueError("Ledger needs a url and a token (or LEDGER_URL / LEDGER_TOKEN).")
         self.url = url.rstrip("/")
+        self._timeout = timeout
         self._transport = Transport(
             self.url, token, timeout=timeout, retries=retries, backoff=backoff
         )
@@ -98,6 +105,30 @@ class Ledger:
         """The run's representation (status, budget, lease)."""
         body: dict[str, Any] = self._transport.request("GET", f"/api/v1/runs/{run_id}/").body
         return body
+
+    def find(self, agent: str, external_id: str) -> dict[str, Any] | None:
+        """The run of `agent` with `external_id` (a call that timed out made it?), or None."""
+        body = self._transport.request(
+            "GET", "/api/v1/runs/", params={"agent": agent, "external_id": external_id}
+        ).body
+        runs = body.get("runs") if isinstance(body, dict) else None
+        return dict(runs[0]) if runs else None
+
+    def wait(self, run_id: str, *, timeout: float = 60.0) -> dict[str, Any]:
+        """The run once it is final, needs review or is over budget, or after `timeout` seconds
+        (then check its `status`). Long-polls the ledger (`?wait=`, at most 60 s a call)."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            remaining = deadline - time.monotonic()
+            seconds = max(0, min(MAX_WAIT_SECONDS, int(remaining)))
+            run: dict[str, Any] = self._transport.request(
+                "GET",
+                f"/api/v1/runs/{run_id}/",
+                params={"wait": seconds},
+                timeout=seconds + self._timeout,
+            ).body
+            if run.get("status") in SETTLED_STATUSES or deadline - time.monotonic() < 1:
+                return run
 
     def journal(self, run_id: str) -> dict[str, Any]:
         """{steps, events}: the run's transcript and hash-chained history."""

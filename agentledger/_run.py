@@ -272,7 +272,13 @@ class Run:
             return fn(**args)
 
         return self._step(
-            kind="tool", name=name, effect=effect, enforced_by=enforced_by, args=args, run=execute
+            kind="tool",
+            name=name,
+            effect=effect,
+            enforced_by=enforced_by,
+            args=args,
+            run=execute,
+            on_gateway=fn is None,
         )
 
     def model(
@@ -304,9 +310,17 @@ class Run:
     def gateway(
         self, name: str, arguments: Mapping[str, Any], *, idempotency_key: str | None
     ) -> Any:
-        """Invoke a registered tool on the ledger's gateway (at most once per key); its result."""
+        """Invoke a registered tool on the ledger's gateway (at most once per key); its result.
+
+        A write's key must be a journalled step's (the ledger refuses others with 409
+        `intent_not_journalled`); the gateway records that step's outcome itself.
+        """
         self._check_lease_for_write()
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        headers = (
+            {"Idempotency-Key": idempotency_key, "Ledger-Epoch": str(self.epoch)}
+            if idempotency_key
+            else None
+        )
         waited_since = time.monotonic()
         while True:
             try:
@@ -351,6 +365,7 @@ class Run:
         enforced_by: str | None,
         args: dict[str, Any],
         run: Callable[[str | None], Any],
+        on_gateway: bool = False,
     ) -> Any:
         if self._stopped is not None:
             raise self._stopped
@@ -384,7 +399,13 @@ class Run:
                 raise self._stop(
                     RunFinished(f"Step {index} is {state}.", code="run_finished", details=recorded)
                 )
-        if effect == "read":
+        if on_gateway:
+            # one call: the ledger journals the intent, runs the tool under the step's key and
+            # records its outcome (a crash anywhere in it is recovered from the key record)
+            step = self._gateway_step(index, name, effect, args)
+            status = "ok" if step["state"] == "done" else "error"
+            result, raised = step["result"], None
+        elif effect == "read":
             status, result, raised = self._execute(run, None)
             step = self._intent(
                 index,
@@ -430,10 +451,11 @@ class Run:
         try:
             return "ok", _normalized(run(key), "the step's result"), None
         except _ToolRefused as refused:
+            # the gateway's stored failure, as the gateway recorded it for the step
             error = refused.error
             return (
                 "error",
-                {"error": error.code, "message": error.message, "details": error.details},
+                {"error": {"code": error.code, "message": error.message, "details": error.details}},
                 None,
             )
         except (StopRun, LedgerError):
@@ -505,6 +527,36 @@ class Run:
                 raise _denied(step)
             if step["state"] != "awaiting_approval":
                 return
+
+    def _gateway_step(self, index: int, name: str, effect: str, args: dict[str, Any]) -> Any:
+        """POST .../steps/ with `"invoke": true`: the step done or error, in one HTTP call."""
+        if effect == "write":
+            self._check_lease_for_write()
+        body: dict[str, Any] = {
+            "epoch": self.epoch,
+            "index": index,
+            "kind": "tool",
+            "name": name,
+            "effect": effect,
+            "arguments": args,
+            "invoke": True,
+        }
+        waited_since = time.monotonic()
+        while True:
+            try:
+                return self._write(f"/api/v1/runs/{self.id}/steps/", body)
+            except LedgerError as error:
+                if error.code == "budget_exceeded" and isinstance(error.details.get("step"), dict):
+                    self.journal[index] = error.details["step"]
+                if error.code != "idempotency_in_progress":
+                    raise
+                if time.monotonic() - waited_since < IN_PROGRESS_WAIT_SECONDS:
+                    time.sleep(0.2)
+                    continue
+                # an execution the server lost holds the key: recovery decides from the key
+                raise LedgerUnavailable(
+                    error.message, code=error.code, status=error.status, details=error.details
+                ) from error
 
     def _outcome(
         self, index: int, status: str, result: Any, usage: dict[str, Any]

@@ -14,6 +14,7 @@ from django.conf import settings
 
 from agentledger import Ledger, LedgerUnavailable
 from agents.registry import agent_runner
+from runs.services import run_runner_claim_for_celery
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,10 @@ def run_agent(self: Any, run_id: str, agent: str) -> dict[str, Any]:
     """
     runner = agent_runner(agent)
     worker = f"celery:{self.request.hostname or 'local'}"
+    if not run_runner_claim_for_celery(run_id=run_id):
+        # another process runs it (runner external): never take it over
+        logger.warning("run %s is run by another process (runner external); not running it", run_id)
+        return {"run_id": run_id, "status": "external", "replayed": 0}
     try:
         with Ledger(settings.LEDGER_URL, settings.LEDGER_TOKEN) as ledger:
             outcome = runner(ledger, run_id=run_id, worker=worker)

@@ -143,8 +143,9 @@ def reset_journal_tables() -> None:
         conn.execute("VACUUM ANALYZE")
 
 
-def worker_token() -> str:
-    out = manage("create_worker_token", f"bench-{os.getpid()}")
+def worker_token(*options: str) -> str:
+    """A new worker token; `options` as for create_worker_token (e.g. "--scope", "tools:direct")."""
+    out = manage("create_worker_token", f"bench-{os.getpid()}", *options)
     return out.strip().splitlines()[-1].strip()
 
 
@@ -248,6 +249,21 @@ def gunicorn(
     try:
         wait_http(f"{url}/api/v1/schema/", proc)
         yield url, proc
+    finally:
+        stop(proc)
+
+
+@contextmanager
+def uvicorn(*, env: dict[str, str] | None = None) -> Iterator[str]:
+    """One uvicorn process serving config.asgi (the ?wait= long polls); yields its base URL."""
+    port = free_port()
+    args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--port", str(port)]
+    args += ["--log-level", "warning", "--no-access-log"]
+    proc = spawn(args, log_name=f"uvicorn-{port}", env=env or project_env())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/api/v1/schema/", proc)
+        yield url
     finally:
         stop(proc)
 

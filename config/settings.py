@@ -72,6 +72,10 @@ MIDDLEWARE = [
     "console.logs.RunLogContextMiddleware",
 ]
 
+if os.environ.get("LEDGER_ASGI") == "1":
+    # config/asgi.py (the long polls): only async-capable middleware, so a waiter holds no thread
+    MIDDLEWARE.remove("whitenoise.middleware.WhiteNoiseMiddleware")
+
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
 

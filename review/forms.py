@@ -246,6 +246,24 @@ class TokenForm(forms.Form):
         strip=True,
         error_messages={"required": "A token needs a name (which worker or host uses it)."},
     )
+    agents = forms.CharField(
+        required=False,
+        max_length=1000,
+        strip=True,
+        help_text="Limit the token to these agents' runs (comma-separated); empty: every agent.",
+    )
+    tools_direct = forms.BooleanField(
+        required=False,
+        label="tools:direct",
+        help_text="May invoke write tools under free-form keys (for callers that are not agents).",
+    )
+
+    def clean_agents(self) -> list[str]:
+        names = [a.strip() for a in self.cleaned_data.get("agents", "").split(",") if a.strip()]
+        bad = [a for a in names if not re.fullmatch(r"[A-Za-z0-9_.:\-]{1,100}", a)]
+        if bad:
+            raise forms.ValidationError(f"Not an agent name: {bad[0]}")
+        return names
 
 
 class AuditFilterForm(forms.Form):

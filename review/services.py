@@ -28,7 +28,7 @@ from review.roles import SUPERVISORS
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.constants import EnforcedBy, Resolution, RunStatus, StepState
-from runs.models import ApprovalRule, BudgetPolicy, Run, Step, WorkerToken
+from runs.models import ApprovalRule, BudgetPolicy, Run, Step, TokenScope, WorkerToken
 from runs.services import (
     approval_expire_if_due,
     run_limits_raise,
@@ -513,7 +513,13 @@ def approval_rule_save(
 # --- worker tokens -----------------------------------------------------------------------------
 
 
-def review_token_create(*, user: AbstractBaseUser, name: str) -> tuple[WorkerToken, str]:
+def review_token_create(
+    *,
+    user: AbstractBaseUser,
+    name: str,
+    agents: list[str] | tuple[str, ...] = (),
+    tools_direct: bool = False,
+) -> tuple[WorkerToken, str]:
     name = name.strip()
     if not name:
         raise ApplicationError(
@@ -523,12 +529,22 @@ def review_token_create(*, user: AbstractBaseUser, name: str) -> tuple[WorkerTok
             details={"name": ["Required."]},
         )
     with transaction.atomic():
-        token, raw = worker_token_create(name=name, created_by=user.get_username())
+        token, raw = worker_token_create(
+            name=name,
+            created_by=user.get_username(),
+            agents=tuple(agents),
+            scopes=(TokenScope.TOOLS_DIRECT,) if tools_direct else (),
+        )
         audit_record(
             actor=user,
             action="token.create",
             target=f"token:{token.pk}",
-            details={"name": token.name, "prefix": token.prefix},
+            details={
+                "name": token.name,
+                "prefix": token.prefix,
+                "scope": token.scope,
+                "agents": token.agents,
+            },
         )
         return token, raw
 

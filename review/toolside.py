@@ -20,6 +20,7 @@ class KeyInfo:
     replays: int = 0  # duplicate calls the tool side answered from its store
     locked_at: Any = None
     created_at: Any = None
+    internal_error: str = ""  # a tool's exception text: shown to staff, never sent to callers
 
 
 UNAVAILABLE = KeyInfo(state="unavailable")
@@ -65,6 +66,7 @@ def key_states(keys: list[str]) -> dict[str, KeyInfo]:
             replays=replays,
             locked_at=getattr(row, "locked_at", None),
             created_at=getattr(row, "created_at", None),
+            internal_error=str(getattr(row, "internal_error", "") or ""),
         )
     return out
 

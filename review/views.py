@@ -759,6 +759,8 @@ def tokens(request: HttpRequest) -> HttpResponse:
             created = services.review_token_create(
                 user=request.user,  # type: ignore[arg-type]
                 name=form.cleaned_data["name"],
+                agents=form.cleaned_data["agents"],
+                tools_direct=form.cleaned_data["tools_direct"],
             )
         except ApplicationError as exc:
             form.add_error("name", exc.message)

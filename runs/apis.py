@@ -14,14 +14,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs import services
+from runs import selectors, services
+from runs.access import agent_check_allowed, run_check_visible
 from runs.api_errors import error_response
 from runs.authentication import actor_of
-from runs.constants import Effect, EnforcedBy, StepKind, StepState
+from runs.constants import Effect, EnforcedBy, RunRunner, RunStatus, StepKind, StepState
 from runs.models import Event, Run, Step
 from runs.representations import event_json, run_json, step_json
+from tools.gateway import gateway_step_run
 
 MAX_STEP_INDEX = 100_000
+MAX_PAGE = 200
+MAX_WAIT_SECONDS = 60
 MAX_TOKENS_PER_CALL = 10**12
 
 
@@ -91,6 +95,11 @@ class RunOutputSerializer(serializers.Serializer):
     external_id = serializers.CharField(allow_null=True)
     status = serializers.CharField()
     status_reason = serializers.CharField()
+    runner = serializers.ChoiceField(
+        choices=RunRunner.choices,
+        help_text="celery: run by the agents' Celery task (re-dispatched after a lost lease); "
+        "external: resumed only by its own process.",
+    )
     input = serializers.JSONField()
     output = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
@@ -199,10 +208,12 @@ class RunCreateApi(APIView):
             201: RunOutputSerializer,
             200: RunOutputSerializer,
             **_errors("validation_error", http=400, also=(401, 413)),
+            **_errors("agent_not_allowed: the token is limited to other agents", http=403),
         },
     )
     def post(self, request: Request) -> Response:
         data = _validated(self.InputSerializer, request)
+        agent_check_allowed(principal=request.user, agent=data["agent"])
         if data["input"] is None:
             data["input"] = {}
         run, created = services.run_create(**data, actor=actor_of(request))
@@ -210,13 +221,72 @@ class RunCreateApi(APIView):
             run_json(run), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
         )
 
+    class ListQuerySerializer(serializers.Serializer):
+        agent = serializers.CharField(max_length=100, required=False)
+        external_id = serializers.CharField(max_length=200, required=False)
+        status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
+        created_after = serializers.DateTimeField(required=False)
+        cursor = serializers.CharField(
+            max_length=500, required=False, help_text="next_cursor of the previous page."
+        )
+        limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, default=50)
+
+    @extend_schema_serializer(component_name="RunListOutput")
+    class ListOutputSerializer(serializers.Serializer):
+        runs = RunOutputSerializer(many=True)
+        next_cursor = serializers.CharField(allow_null=True)
+
+    @extend_schema(
+        operation_id="runs_list",
+        summary="Find runs (newest first, cursor pagination; only runs the token may see)",
+        parameters=[ListQuerySerializer],
+        responses={
+            200: ListOutputSerializer,
+            **_errors("validation_error: a bad filter, limit or a tampered cursor", http=400),
+            **_errors("not_authenticated", http=401),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        query = self.ListQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        page = selectors.runs_find(principal=request.user, **query.validated_data)
+        return Response(
+            {"runs": [run_json(run) for run in page.runs], "next_cursor": page.next_cursor}
+        )
+
 
 class RunDetailApi(APIView):
+    class QuerySerializer(serializers.Serializer):
+        wait = serializers.RegexField(
+            r"^[0-9]{1,2}$",
+            required=False,
+            help_text="Seconds (0-60) to wait for the run to be final, need review or be over "
+            "budget; the run is answered then, or when the time is up, either way.",
+            error_messages={"invalid": f"An integer from 0 to {MAX_WAIT_SECONDS}."},
+        )
+
+        def validate_wait(self, value: str) -> int:
+            if int(value) > MAX_WAIT_SECONDS:
+                raise serializers.ValidationError(f"An integer from 0 to {MAX_WAIT_SECONDS}.")
+            return int(value)
+
     @extend_schema(
         operation_id="runs_retrieve",
-        responses={200: RunOutputSerializer, **_errors("not_found", http=404, also=(401,))},
+        parameters=[QuerySerializer],
+        responses={
+            200: RunOutputSerializer,
+            **_errors("validation_error: wait not an integer in 0..60", http=400),
+            **_errors("not_found", http=404, also=(401,)),
+        },
     )
     def get(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
+        query = self.QuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        if "wait" in request.query_params and "wait" not in query.validated_data:  # ?wait=
+            raise serializers.ValidationError(
+                {"wait": [f"An integer from 0 to {MAX_WAIT_SECONDS}."]}
+            )
         run = Run.objects.filter(pk=run_id).first()
         if run is None:
             return error_response("not_found", f"No run {run_id}.", 404)
@@ -246,6 +316,7 @@ class RunLeaseApi(APIView):
         },
     )
     def post(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
         grant = services.run_lease_acquire(run_id=run_id, **data, actor=actor_of(request))
         return Response(
@@ -279,6 +350,7 @@ class RunHeartbeatApi(APIView):
         responses={200: OutputSerializer, **_errors("stale_epoch", also=COMMON)},
     )
     def post(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(EpochSerializer, request)
         beat = services.run_heartbeat(run_id=run_id, epoch=data["epoch"])
         expires = beat.expires_at.isoformat() if beat.expires_at else None
@@ -303,8 +375,19 @@ class StepIntentApi(APIView):
         )
         arguments = JSONObjectField()
         outcome = OutcomeFieldsSerializer(required=False, allow_null=True, default=None)
+        invoke = serializers.BooleanField(
+            default=False,
+            help_text="Run the registered gateway tool `name` under the step's key and answer "
+            "the step done or error, in this one call.",
+        )
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            if attrs.get("invoke") and (
+                attrs.get("outcome") is not None or attrs["kind"] != StepKind.TOOL
+            ):
+                raise serializers.ValidationError(
+                    {"invoke": ["A gateway step is a tool step and brings no outcome."]}
+                )
             if attrs["effect"] == Effect.WRITE and attrs.get("outcome") is not None:
                 raise serializers.ValidationError(
                     {
@@ -331,14 +414,21 @@ class StepIntentApi(APIView):
                 "matched; it runs only after people approve it.",
             ),
             **_errors(
-                "stale_epoch | out_of_order | nondeterministic | budget_exceeded | needs_review | run_finished | approval_denied",
+                "stale_epoch | out_of_order | nondeterministic | budget_exceeded | needs_review | "
+                "run_finished | approval_denied | idempotency_in_progress (invoke)",
                 also=COMMON,
             ),
         },
     )
     def post(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
-        result = services.step_intent_record(run_id=run_id, **data, actor=actor_of(request))
+        if data.pop("invoke"):
+            data.pop("outcome")
+            del data["kind"]
+            result: Any = gateway_step_run(run_id=run_id, **data, actor=actor_of(request))
+        else:
+            result = services.step_intent_record(run_id=run_id, **data, actor=actor_of(request))
         body = step_json(result.step)
         if result.budget_refusal is not None:
             return _budget_refusal_response(result.budget_refusal, {"step": body})
@@ -400,6 +490,7 @@ class StepOutcomeApi(APIView):
         },
     )
     def post(self, request: Request, run_id: str, index: int) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
         result = services.step_outcome_record(
             run_id=run_id, index=index, **data, actor=actor_of(request)
@@ -421,6 +512,7 @@ class RunCompleteApi(APIView):
         responses={200: RunOutputSerializer, **_errors("stale_epoch", also=COMMON)},
     )
     def post(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
         run = services.run_complete(run_id=run_id, **data, actor=actor_of(request))
         return Response(run_json(run))
@@ -437,6 +529,7 @@ class RunFailApi(APIView):
         responses={200: RunOutputSerializer, **_errors("stale_epoch", also=COMMON)},
     )
     def post(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
         run = services.run_fail(run_id=run_id, **data, actor=actor_of(request))
         return Response(run_json(run))
@@ -453,6 +546,7 @@ class RunJournalApi(APIView):
         responses={200: OutputSerializer, **_errors("not_found", http=404, also=(401,))},
     )
     def get(self, request: Request, run_id: str) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)
         if not Run.objects.filter(pk=run_id).exists():
             return error_response("not_found", f"No run {run_id}.", 404)
         steps = Step.objects.filter(run_id=run_id).order_by("index")

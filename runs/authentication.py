@@ -12,7 +12,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
-from runs.models import WorkerToken
+from runs.models import TokenScope, WorkerToken
 
 TOKEN_PREFIX = "alw_"  # noqa: S105 (a prefix, not a secret)
 LAST_USED_RESOLUTION = timedelta(seconds=60)
@@ -25,12 +25,22 @@ class WorkerPrincipal:
     token_id: int
     name: str
     scope: str
+    # the agents whose runs this token may see and write; None: every agent
+    agents: frozenset[str] | None = None
 
     is_authenticated = True
     is_worker = True
 
     def __str__(self) -> str:
         return f"worker:{self.name}"
+
+    @property
+    def tools_direct(self) -> bool:
+        """May invoke write tools under free-form keys (no journalled intent): not for agents."""
+        return TokenScope.TOOLS_DIRECT in self.scope.split()
+
+    def may_use(self, agent: str) -> bool:
+        return self.agents is None or agent in self.agents
 
 
 def hash_token(raw: str) -> str:
@@ -60,7 +70,12 @@ def principal_for(raw: str) -> WorkerPrincipal | None:
     token = WorkerToken.objects.filter(token_hash=digest).first()
     principal = None
     if token is not None and token.revoked_at is None:
-        principal = WorkerPrincipal(token_id=token.pk, name=token.name, scope=token.scope)
+        principal = WorkerPrincipal(
+            token_id=token.pk,
+            name=token.name,
+            scope=token.scope,
+            agents=frozenset(token.agents) if token.agents else None,
+        )
         now = timezone.now()
         if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
             WorkerToken.objects.filter(pk=token.pk).update(last_used_at=now)

@@ -15,6 +15,13 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled"
 
 
+class RunRunner(models.TextChoices):
+    """Who runs a run: the agents' Celery task, or a process of its own (the SDK, a script)."""
+
+    CELERY = "celery"  # started by start_agent_run / the run_agent task: Celery re-dispatches it
+    EXTERNAL = "external"  # resumed only by its own process; never offered to Celery
+
+
 class StepState(models.TextChoices):
     INTENT = "intent"
     DONE = "done"

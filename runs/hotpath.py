@@ -29,6 +29,7 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import APIException
 
 from runs import services
+from runs.access import run_check_visible
 from runs.api_errors import ApplicationError, StrictJSONParser
 from runs.apis import MAX_EPOCH, MAX_STEP_INDEX, MAX_TOKENS_PER_CALL, intent_status
 from runs.authentication import principal_for
@@ -246,6 +247,7 @@ def answer(
     step = data.get("index") if call == "intent" and isinstance(data, dict) else index
     with step_call(call, run_id=run_id, index=step if isinstance(step, int) else None) as seen:
         try:
+            run_check_visible(principal=principal, run_id=run_id)
             if call == "intent":
                 return _intent_call(run_id, data, actor)
             if call == "outcome":

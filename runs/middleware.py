@@ -1,21 +1,22 @@
 """Turn a lost database into a clear 503 instead of a 500 with a trace."""
 
-from collections.abc import Callable
+import logging
 
 from django.db import InterfaceError, OperationalError, connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.deprecation import MiddlewareMixin
+
+logger = logging.getLogger(__name__)
 
 
-class DatabaseUnavailableMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+class DatabaseUnavailableMiddleware(MiddlewareMixin):
+    """Sync and async capable (MiddlewareMixin): under ASGI a sync-only middleware would run
+    every request, long polls included, in a thread of its own."""
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, OperationalError | InterfaceError):
             return None
+        logger.warning("database unavailable for %s: %s", request.path, exception)
         for conn in connections.all(initialized_only=True):
             conn.close_if_unusable_or_obsolete()
         body = {

@@ -15,6 +15,7 @@ from runs.constants import (
     Effect,
     EnforcedBy,
     ResolutionAction,
+    RunRunner,
     RunStatus,
     StepKind,
     StepState,
@@ -70,6 +71,12 @@ class Run(models.Model):
     error = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
     status_reason = models.CharField(max_length=200, blank=True, default="")
+    runner = models.CharField(
+        max_length=10,
+        choices=RunRunner.choices,
+        default=RunRunner.EXTERNAL,
+        db_default=RunRunner.EXTERNAL,
+    )
     policy = models.ForeignKey(BudgetPolicy, null=True, blank=True, on_delete=models.SET_NULL)
 
     limit_steps = models.PositiveIntegerField()
@@ -132,6 +139,9 @@ class Run(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(status__in=RunStatus.values), name="run_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(runner__in=RunRunner.values), name="run_runner_valid"
             ),
             models.CheckConstraint(
                 condition=Q(lease_worker__isnull=True) | Q(lease_expires_at__isnull=False),
@@ -369,13 +379,26 @@ class Approval(models.Model):
         return f"{self.by} approved {self.request_id}"
 
 
+class TokenScope(models.TextChoices):
+    """What a token may do beyond the worker API (space-separated in `WorkerToken.scope`)."""
+
+    WORKER = "worker"
+    # free-form gateway keys, for callers that are not agents (no journalled intent needed)
+    TOOLS_DIRECT = "tools:direct"
+
+
 class WorkerToken(models.Model):
-    """A named, revocable bearer token for workers; only its sha256 is stored."""
+    """A named, revocable bearer token for workers; only its sha256 is stored.
+
+    `agents`: the agents whose runs (and their keys) the token may see and write; empty means
+    all agents (every token made before scoping existed keeps that access).
+    """
 
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=12)
     token_hash = models.CharField(max_length=64, unique=True)
-    scope = models.CharField(max_length=20, default="worker")
+    scope = models.CharField(max_length=100, default=TokenScope.WORKER)
+    agents = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -390,3 +413,7 @@ class WorkerToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        return frozenset(self.scope.split())

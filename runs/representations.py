@@ -83,6 +83,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "external_id": run.external_id,
         "status": run.status,
         "status_reason": run.status_reason,
+        "runner": run.runner,
         "input": run.input,
         "output": run.output,
         "error": run.error,

@@ -4,6 +4,7 @@ The caller of a private `_` helper holds the run's row lock (SELECT ... FOR UPDA
 services take it themselves through `lock_objects.run_for_update`.
 """
 
+import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,6 +28,7 @@ from runs.constants import (
     EventType,
     Resolution,
     ResolutionAction,
+    RunRunner,
     RunStatus,
     StatusReason,
     StepState,
@@ -41,6 +43,8 @@ from runs.lock_objects import run_for_update
 from runs.models import Approval, ApprovalRequest, BudgetPolicy, Run, Step
 from runs.recovery import key_state_lookup
 from runs.signals import run_resumable
+
+logger = logging.getLogger(__name__)
 
 
 def money(value: Decimal) -> str:
@@ -142,9 +146,18 @@ def _check_epoch(run: Run, epoch: int) -> None:
 
 
 def run_create(
-    *, agent: str, input: Any, external_id: str | None = None, actor: str
+    *,
+    agent: str,
+    input: Any,
+    external_id: str | None = None,
+    actor: str,
+    runner: str = RunRunner.EXTERNAL,
 ) -> tuple[Run, bool]:
-    """Create a run with its policy's limits copied in; the same (agent, external_id) attaches."""
+    """Create a run with its policy's limits copied in; the same (agent, external_id) attaches.
+
+    `runner`: `celery` for runs the agents' Celery task runs (re-dispatched by the reaper and the
+    idle sweep), `external` for every other caller (resumed only by its own process).
+    """
     if external_id is not None:
         existing = Run.objects.filter(agent=agent, external_id=external_id).first()
         if existing is not None:
@@ -168,6 +181,7 @@ def run_create(
                 agent=agent,
                 external_id=external_id,
                 input=input,
+                runner=runner,
                 policy=policy,
                 limit_steps=limits["max_steps"],
                 limit_tokens=limits["max_tokens"],
@@ -186,6 +200,7 @@ def run_create(
                     "external_id": external_id,
                     "policy": policy.name if policy else None,
                     "limits": budget_of(run)["limits"],
+                    "runner": runner,
                 },
                 actor=actor,
                 at=now,
@@ -603,11 +618,7 @@ def run_lease_expire(*, run_id: UUID | str, actor: str = "system:reaper") -> Run
         run.save()
         if run.status == RunStatus.INTERRUPTED and not _awaits_approval(run.pk):
             # (a run whose step waits for people is offered again by the decision itself)
-            transaction.on_commit(
-                lambda: run_resumable.send(
-                    sender=Run, run_id=run.pk, agent=run.agent, reason="interrupted"
-                )
-            )
+            _offer_on_commit(run, reason="interrupted")
         return run
 
 
@@ -641,7 +652,7 @@ def runs_redispatch_idle(*, idle_seconds: int | None = None, limit: int = 500) -
         run_id=OuterRef("pk"), state=StepState.AWAITING_APPROVAL
     )
     candidates = list(
-        Run.objects.filter(nobody_on_it, updated_at__lt=cutoff)
+        Run.objects.filter(nobody_on_it, updated_at__lt=cutoff, runner=RunRunner.CELERY)
         .exclude(Exists(waiting_for_people))
         .order_by("updated_at")
         .values_list("pk", "agent")[:limit]
@@ -654,6 +665,26 @@ def runs_redispatch_idle(*, idle_seconds: int | None = None, limit: int = 500) -
             run_resumable.send(sender=Run, run_id=run_id, agent=agent, reason="idle")
             offered += 1
     return offered
+
+
+def run_runner_claim_for_celery(*, run_id: UUID | str) -> bool:
+    """The agents' Celery task starting a run that never started makes it a `celery` run (so the
+    reaper re-dispatches it). A run already under way keeps its runner. Returns whether it is
+    a celery run now."""
+    Run.objects.filter(pk=run_id, status=RunStatus.PENDING, runner=RunRunner.EXTERNAL).update(
+        runner=RunRunner.CELERY
+    )
+    return Run.objects.filter(pk=run_id, runner=RunRunner.CELERY).exists()
+
+
+def _offer_on_commit(run: Run, *, reason: str) -> None:
+    """Offer a resumable run to the Celery workers once this transaction commits: only runs whose
+    runner is `celery`; an external run is resumed by its own process, never taken over."""
+    if run.runner != RunRunner.CELERY:
+        return
+    transaction.on_commit(
+        lambda: run_resumable.send(sender=Run, run_id=run.pk, agent=run.agent, reason=reason)
+    )
 
 
 def run_deadline_enforce(*, run_id: UUID | str, actor: str = "system:deadlines") -> Run | None:
@@ -712,9 +743,7 @@ def _resume_after_review(
         actor=actor,
         at=now,
     )
-    transaction.on_commit(
-        lambda: run_resumable.send(sender=Run, run_id=run.pk, agent=run.agent, reason=why)
-    )
+    _offer_on_commit(run, reason=why)
 
 
 def step_resolve(
@@ -1399,3 +1428,36 @@ def approvals_expire_due(*, limit: int = 500) -> int:
             if _expire_if_due(run, step, request, now=clock.now()) is not None:
                 expired += 1
     return expired
+
+
+def step_outcome_from_gateway(
+    *, run_id: UUID | str, index: int, epoch: int, ok: bool, result: Any, actor: str
+) -> kernel.StepAnswer | None:
+    """The gateway records a step's outcome when it completes (or fails) the step's key.
+
+    Runs inside the transaction that finishes the key, so the tool's rows, the key's response,
+    the step's outcome and its `step_done` / `step_error` event commit together. A refusal (the
+    run moved to another epoch, the step is no longer an open intent) records nothing and is
+    not an error: the effect happened under the key, and whoever holds the step now gets the
+    key's stored response and its outcome from the next invoke (or recovery reconciles it).
+    Returns the journal's answer, or None when it refused.
+    """
+    try:
+        return kernel.step_outcome(
+            run_id=run_id,
+            index=index,
+            epoch=epoch,
+            status="ok" if ok else "error",
+            result=result,
+            usage=None,
+            actor=actor,
+        )
+    except ApplicationError as refusal:
+        logger.info(
+            "gateway outcome of %s step %s not recorded: %s %s",
+            run_id,
+            index,
+            refusal.code,
+            refusal.details,
+        )
+        return None

@@ -3,17 +3,39 @@
 from django.db import transaction
 from django.utils import timezone
 
+from runs.api_errors import ApplicationError
 from runs.authentication import forget_principal, generate_token, hash_token
-from runs.models import WorkerToken
+from runs.models import TokenScope, WorkerToken
 
 
 @transaction.atomic
 def worker_token_create(
-    *, name: str, created_by: str = "", scope: str = "worker"
+    *,
+    name: str,
+    created_by: str = "",
+    scopes: tuple[str, ...] = (),
+    agents: tuple[str, ...] | list[str] = (),
 ) -> tuple[WorkerToken, str]:
+    """A new token; `agents` limits it to those agents' runs (none: every agent), `scopes` adds
+    rights beyond the worker API (`tools:direct`)."""
+    unknown = sorted(set(scopes) - set(TokenScope.values))
+    if unknown:
+        raise ApplicationError(
+            "validation_error",
+            f"Unknown scope {unknown[0]!r}.",
+            status_code=400,
+            details={"scope": [f"One of {TokenScope.values}."]},
+        )
+    names = sorted({a.strip() for a in agents if a.strip()})
+    scope = " ".join([TokenScope.WORKER, *sorted(set(scopes) - {TokenScope.WORKER})])
     raw = generate_token()
     token = WorkerToken.objects.create(
-        name=name, prefix=raw[:10], token_hash=hash_token(raw), scope=scope, created_by=created_by
+        name=name,
+        prefix=raw[:10],
+        token_hash=hash_token(raw),
+        scope=scope,
+        agents=names,
+        created_by=created_by,
     )
     return token, raw
 

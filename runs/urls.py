@@ -2,10 +2,11 @@ from django.urls import path
 
 from runs import apis
 from runs.hotpath import hot_view
+from runs.waiting import wait_door
 
 urlpatterns = [
     path("runs/", apis.RunCreateApi.as_view(), name="run-create"),
-    path("runs/<uuid:run_id>/", apis.RunDetailApi.as_view(), name="run-detail"),
+    path("runs/<uuid:run_id>/", wait_door(apis.RunDetailApi.as_view()), name="run-detail"),
     path(
         "runs/<uuid:run_id>/lease",
         hot_view("lease", apis.RunLeaseApi.as_view()),

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +173,15 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 
 # one Chromium for the whole session: Playwright's sync API allows one per thread
 from tests.review.browser import browser  # noqa: E402, F401  (fixture)
+
+
+def chain_problems(run_id: Any) -> list[str]:
+    """What `verify_journal --run ID` reports for the run (chain and every step field); [] if sound."""
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    with suppress(SystemExit):
+        call_command("verify_journal", run_id=str(run_id), stdout=out)
+    return [line for line in out.getvalue().splitlines() if line.startswith("BROKEN")]

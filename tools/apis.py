@@ -18,7 +18,7 @@ from runs.api_errors import ApplicationError
 from runs.apis import ErrorSerializer
 from runs.authentication import actor_of
 from tools.idempotency import REPLAYED_HEADER, idempotency_key_state, key_is_well_formed
-from tools.registry import tool_invoke, tools_list
+from tools.registry import key_check_visible, tool_invoke, tools_list
 
 
 def _error(description: str) -> OpenApiResponse:
@@ -70,7 +70,14 @@ class ToolInvokeApi(APIView):
                 "Idempotency-Key",
                 OpenApiTypes.STR,
                 OpenApiParameter.HEADER,
-                description="Required for write tools: the journal step's idempotency_key.",
+                description="Required for write tools: the journal step's idempotency_key (a "
+                "free-form key only with a `tools:direct` token).",
+            ),
+            OpenApiParameter(
+                "Ledger-Epoch",
+                OpenApiTypes.INT,
+                OpenApiParameter.HEADER,
+                description="Optional: the lease's epoch; 409 stale_epoch when the run moved on.",
             ),
             OpenApiParameter(
                 REPLAYED_HEADER,
@@ -84,8 +91,14 @@ class ToolInvokeApi(APIView):
             200: OutputSerializer,
             400: _error("validation_error | idempotency_key_required"),
             401: _error("not_authenticated"),
-            404: _error("tool_not_found | ticket_not_found (stored)"),
-            409: _error("idempotency_in_progress | ticket_already_closed (stored)"),
+            404: _error(
+                "tool_not_found | not_found (the key's run is not the token's) | "
+                "ticket_not_found (stored)"
+            ),
+            409: _error(
+                "intent_not_journalled | stale_epoch | idempotency_in_progress | "
+                "ticket_already_closed (stored)"
+            ),
             413: _error("payload_too_large"),
             422: _error("idempotency_key_reused"),
             502: _error("tool_failed: the tool raised; stored and replayed for the key"),
@@ -102,6 +115,8 @@ class ToolInvokeApi(APIView):
                 arguments=serializer.validated_data["arguments"],
                 idempotency_key=request.headers.get("Idempotency-Key"),
                 actor=actor_of(request),
+                principal=request.user,
+                ledger_epoch=_ledger_epoch(request),
             )
         except ApplicationError as exc:
             if exc.code != "idempotency_in_progress":
@@ -115,6 +130,20 @@ class ToolInvokeApi(APIView):
         return Response(
             outcome.body, status=outcome.status_code, headers=outcome.response_headers()
         )
+
+
+def _ledger_epoch(request: Request) -> int | None:
+    raw = request.headers.get("Ledger-Epoch")
+    if raw is None:
+        return None
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
+        raise ApplicationError(
+            "validation_error",
+            "The Ledger-Epoch header is not valid.",
+            status_code=400,
+            details={"Ledger-Epoch": ["The run's epoch from the lease: a non-negative integer."]},
+        )
+    return int(raw)
 
 
 class IdempotencyKeyDetailApi(APIView):
@@ -138,6 +167,7 @@ class IdempotencyKeyDetailApi(APIView):
             200: OutputSerializer,
             400: _error("validation_error: not a well-formed key"),
             401: _error("not_authenticated"),
+            404: _error("not_found: the key belongs to a run (or token) this token may not see"),
         },
     )
     def get(self, request: Request, key: str) -> Response:
@@ -148,6 +178,7 @@ class IdempotencyKeyDetailApi(APIView):
                 status_code=400,
                 details={"key": ["1 to 400 visible ASCII characters, no spaces."]},
             )
+        key_check_visible(principal=request.user, key=key)
         return Response(idempotency_key_state(key=key))
 
 

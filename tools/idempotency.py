@@ -20,6 +20,7 @@ which the journal's recovery turns into an `unknown` step for a supervisor.
 import functools
 import inspect
 import logging
+import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -224,29 +225,49 @@ def idempotency_reserve(
     )
 
 
-def _finish(reservation: Reservation, *, state: str, status_code: int, body: Any) -> None:
+def _finish(
+    reservation: Reservation, *, state: str, status_code: int, body: Any, internal_error: str = ""
+) -> None:
     """Guarded update in_progress → completed|failed; the caller holds the transaction."""
     updated = IdempotencyKey.objects.filter(
         pk=reservation.pk, state=KeyStatus.IN_PROGRESS, attempt=reservation.attempt
-    ).update(state=state, status_code=status_code, response=body, completed_at=clock.now())
+    ).update(
+        state=state,
+        status_code=status_code,
+        response=body,
+        completed_at=clock.now(),
+        internal_error=internal_error,
+    )
     if updated != 1:
         raise LockLost(reservation.key)
 
 
-def _failure_of(exc: Exception) -> tuple[int, dict[str, Any]]:
+def _failure_of(exc: Exception) -> tuple[int, dict[str, Any], str]:
+    """(status, the stored failure callers see, the internal text only the log and the
+    dashboard see). A tool's own exception text may hold anything (a connection string, a
+    customer's data): callers get its type and a reference id, never the text."""
     if isinstance(exc, ToolError):
-        return exc.status_code, exc.body()
+        return exc.status_code, exc.body(), ""
     if isinstance(exc, ApplicationError):
-        return exc.status_code, {
-            "error": {"code": exc.code, "message": exc.message, "details": exc.details}
-        }
-    return 502, {
-        "error": {
-            "code": "tool_failed",
-            "message": f"The tool raised {type(exc).__name__}: {exc}"[:2000],
-            "details": {"exception": type(exc).__name__},
-        }
-    }
+        return (
+            exc.status_code,
+            {"error": {"code": exc.code, "message": exc.message, "details": exc.details}},
+            "",
+        )
+    reference = uuid.uuid4().hex[:12]
+    name = type(exc).__name__
+    return (
+        502,
+        {
+            "error": {
+                "code": "tool_failed",
+                "message": f"The tool raised {name} (reference {reference}; the details are "
+                "in the server log).",
+                "details": {"exception": name, "reference": reference},
+            }
+        },
+        f"{name}: {exc}"[:4000],
+    )
 
 
 def idempotency_run(
@@ -256,12 +277,15 @@ def idempotency_run(
     arguments: Any,
     execute: Callable[[Reservation], Any],
     actor: str = "",
+    on_finish: Callable[[Outcome], None] | None = None,
 ) -> Outcome:
     """Run `execute` at most once per key and answer every request for that key the same way.
 
     `execute` runs inside transaction 2, which ends with the key's completion: its database writes
     commit with the key or not at all. Its external effect should come after its own writes (so a
-    unique-constraint refusal happens before anything leaves the process).
+    unique-constraint refusal happens before anything leaves the process). `on_finish` runs in
+    the transaction that finishes the key (completed or failed), with what this call answers:
+    the gateway records the journal step's outcome there.
     """
     key = idempotency_key_validate(key=key)
     _outside_transactions()
@@ -277,18 +301,35 @@ def idempotency_run(
                 body = {"result": execute(reserved)}
                 canonical_json(body)  # a result that is not JSON is the tool's failure
                 _finish(reserved, state=KeyStatus.COMPLETED, status_code=200, body=body)
-            return Outcome(status_code=200, body=body, replayed=False)
+                outcome = Outcome(status_code=200, body=body, replayed=False)
+                if on_finish is not None:
+                    on_finish(outcome)
+            return outcome
         except LockLost:
             raise
         except (OperationalError, InterfaceError):
             raise  # the database is gone: the key stays in_progress, recovery decides
         except Exception as exc:
-            if not isinstance(exc, ToolError | ApplicationError):
-                logger.exception("tool %s raised under key %s", tool, key)
-            status_code, failure = _failure_of(exc)
+            status_code, failure, internal = _failure_of(exc)
+            if internal:
+                logger.exception(
+                    "tool %s raised under key %s (reference %s)",
+                    tool,
+                    key,
+                    failure["error"]["details"]["reference"],
+                )
         with transaction.atomic():
-            _finish(reserved, state=KeyStatus.FAILED, status_code=status_code, body=failure)
-        return Outcome(status_code=status_code, body=failure, replayed=False)
+            _finish(
+                reserved,
+                state=KeyStatus.FAILED,
+                status_code=status_code,
+                body=failure,
+                internal_error=internal,
+            )
+            outcome = Outcome(status_code=status_code, body=failure, replayed=False)
+            if on_finish is not None:
+                on_finish(outcome)
+        return outcome
     except LockLost as exc:
         raise ApplicationError(
             "idempotency_in_progress",

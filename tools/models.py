@@ -36,6 +36,8 @@ class IdempotencyKey(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True)
     # requests answered from the store instead of executing: the duplicates this key prevented
     replay_count = models.PositiveIntegerField(default=0, db_default=0)
+    # a tool's own exception text: for the log and the dashboard, never sent to callers
+    internal_error = models.TextField(blank=True, default="", db_default="")
 
     class Meta:
         constraints = [

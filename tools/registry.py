@@ -11,11 +11,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from rest_framework import serializers
 
+from runs.access import run_check_visible
 from runs.api_errors import ApplicationError
-from runs.constants import Effect
-from tools.idempotency import Outcome, ToolError, current_reservation, idempotency_run
+from runs.authentication import WorkerPrincipal
+from runs.canonical import arguments_hash
+from runs.constants import Effect, StepState
+from runs.kernel import StepAnswer
+from runs.selectors import KeyStep, step_for_key
+from runs.services import step_outcome_from_gateway
+from tools.crash import crash_point
+from tools.idempotency import (
+    Outcome,
+    Reservation,
+    ToolError,
+    current_reservation,
+    idempotency_key_validate,
+    idempotency_run,
+)
+from tools.models import IdempotencyKey
 
 
 class StrictArguments(serializers.Serializer):
@@ -183,9 +199,21 @@ def tools_list() -> list[Tool]:
 
 
 def tool_invoke(
-    *, name: str, arguments: Any, idempotency_key: str | None, actor: str = ""
+    *,
+    name: str,
+    arguments: Any,
+    idempotency_key: str | None,
+    actor: str = "",
+    principal: Any = None,
+    ledger_epoch: int | None = None,
 ) -> Outcome:
-    """Validate, then run: read tools directly, write tools at most once per key."""
+    """Validate, then run: read tools directly, write tools at most once per key.
+
+    A write's key must name a journalled intent (`_journal_step`) unless the token has the
+    `tools:direct` scope and the key names no step; completing a step's key records the step's
+    outcome in the same transaction. `principal` None: an in-process caller (tests, bench),
+    treated as `tools:direct`.
+    """
     found = tool_get(name=name)
     if found.effect == Effect.WRITE and not idempotency_key:
         raise ApplicationError(
@@ -202,15 +230,161 @@ def tool_invoke(
         except ToolError as exc:
             return Outcome(status_code=exc.status_code, body=exc.body(), replayed=False)
         return Outcome(status_code=200, body={"result": result}, replayed=False)
-    return idempotency_run(
-        key=idempotency_key,
-        tool=name,
-        arguments=arguments,
-        execute=lambda reservation: found.fn(
-            validated, ToolContext(tool=name, idempotency_key=reservation.key, actor=actor)
-        ),
-        actor=actor,
+    key = idempotency_key_validate(key=idempotency_key)
+    step = _journal_step(
+        key=key, tool=name, arguments=arguments, principal=principal, ledger_epoch=ledger_epoch
     )
+    return write_invoke(
+        found,
+        validated=validated,
+        arguments=arguments,
+        key=key,
+        step=step,
+        actor=actor,
+        epoch=ledger_epoch,
+    )
+
+
+def write_invoke(
+    found: Tool,
+    *,
+    validated: dict[str, Any],
+    arguments: Any,
+    key: str,
+    step: KeyStep | None,
+    actor: str,
+    epoch: int | None,
+    recorded: Callable[[StepAnswer | None], None] | None = None,
+) -> Outcome:
+    """Run a write tool under a checked key; a step's outcome is recorded with the key's end.
+
+    `recorded` hears what the journal answered for the step's outcome (None: not recorded).
+    """
+    if step is not None and step.state != StepState.INTENT and not _key_recorded(key):
+        if step.state == StepState.DONE:
+            # the key was pruned after its retention: the journal still knows what the step did
+            return Outcome(status_code=200, body={"result": step.result}, replayed=True)
+        raise ApplicationError(
+            "intent_not_journalled",
+            f"The key names step {step.index}, which is {step.state}; its key record is pruned.",
+            details={"key": key, "found": step.found()},
+        )
+    on_finish = None
+    if step is not None:
+        on_finish = _outcome_recorder(step, epoch=epoch, actor=actor, recorded=recorded)
+
+    def execute(reservation: Reservation) -> Any:
+        crash_point("inside_tool")
+        result = found.fn(
+            validated, ToolContext(tool=found.name, idempotency_key=reservation.key, actor=actor)
+        )
+        crash_point("before_outcome_commit")
+        return result
+
+    outcome = idempotency_run(
+        key=key,
+        tool=found.name,
+        arguments=arguments,
+        execute=execute,
+        actor=actor,
+        on_finish=on_finish,
+    )
+    if outcome.replayed and on_finish is not None and step and step.state == StepState.INTENT:
+        # executed under an earlier intent of this step, whose outcome was not recorded then
+        with transaction.atomic():
+            on_finish(outcome)
+    return outcome
+
+
+def key_check_visible(*, principal: Any, key: str) -> None:
+    """A token limited to agents reads only keys of its runs' steps, or free-form keys it made
+    itself (404 otherwise); an unscoped token reads any key."""
+    if not isinstance(principal, WorkerPrincipal) or principal.agents is None:
+        return
+    step = step_for_key(key=key)
+    if step is not None and principal.may_use(step.agent):
+        return
+    if step is None and IdempotencyKey.objects.filter(key=key, actor=str(principal)).exists():
+        return
+    raise ApplicationError(
+        "not_found", "This token may not read that key.", status_code=404, details={"key": key}
+    )
+
+
+def _key_recorded(key: str) -> bool:
+    return IdempotencyKey.objects.filter(key=key).exists()
+
+
+def _outcome_recorder(
+    step: KeyStep,
+    *,
+    epoch: int | None,
+    actor: str,
+    recorded: Callable[[StepAnswer | None], None] | None,
+) -> Callable[[Outcome], None]:
+    def record(outcome: Outcome) -> None:
+        answer = step_outcome_from_gateway(
+            run_id=step.run_id,
+            index=step.index,
+            epoch=step.epoch if epoch is None else epoch,
+            ok=outcome.ok,
+            result=outcome.body.get("result") if outcome.ok else outcome.body,
+            actor=actor,
+        )
+        if recorded is not None:
+            recorded(answer)
+
+    return record
+
+
+def _journal_step(
+    *, key: str, tool: str, arguments: Any, principal: Any, ledger_epoch: int | None
+) -> KeyStep | None:
+    """The step a write's key names, checked; None for a free-form key a direct caller may use.
+
+    Refusals (nothing is written by any): 404 when the key's run is not the token's,
+    409 `stale_epoch` for a `Ledger-Epoch` that is not the run's, 409 `intent_not_journalled`
+    when the key names no step (and the token is not `tools:direct`) or a step with another
+    tool, other arguments, or in a state that is neither an open intent nor done.
+    """
+    step = step_for_key(key=key)
+    direct = principal is None or (
+        isinstance(principal, WorkerPrincipal) and principal.tools_direct
+    )
+    if step is None:
+        if direct:
+            return None
+        raise ApplicationError(
+            "intent_not_journalled",
+            "This Idempotency-Key names no journalled step: journal the step's intent first "
+            "(POST /api/v1/runs/{id}/steps/) and send its idempotency_key.",
+            details={"key": key, "found": None},
+        )
+    try:
+        run_check_visible(principal=principal, run_id=step.run_id)
+    except ApplicationError:
+        raise ApplicationError(
+            "not_found", "No journalled step has this key.", status_code=404, details={"key": key}
+        ) from None
+    if ledger_epoch is not None and ledger_epoch != step.run_epoch:
+        raise ApplicationError(
+            "stale_epoch",
+            "Another worker holds the run now; stop and write nothing more.",
+            details={"epoch": ledger_epoch, "current_epoch": step.run_epoch},
+        )
+    given = {"name": tool, "arguments_hash": arguments_hash(arguments)}
+    if (step.name, step.arguments_hash) != (given["name"], given["arguments_hash"]) or (
+        step.state not in (StepState.INTENT, StepState.DONE, StepState.ERROR)
+    ):
+        raise ApplicationError(
+            "intent_not_journalled",
+            f"The key names step {step.index}, journalled as {step.name} ({step.state}) with "
+            "other arguments or in a state that cannot run: the key was not used."
+            if step.state in (StepState.INTENT, StepState.DONE, StepState.ERROR)
+            else f"The key names step {step.index}, which is {step.state}, not an open intent.",
+            details={"key": key, "found": step.found(), "given": given},
+        )
+    return step
 
 
 def tools_load_extra(modules: Iterable[str] | None = None) -> None:
@@ -223,10 +397,12 @@ __all__ = [
     "StrictArguments",
     "Tool",
     "ToolContext",
+    "key_check_visible",
     "tool",
     "tool_get",
     "tool_invoke",
     "tool_register",
     "tool_unregister",
     "tools_list",
+    "write_invoke",
 ]

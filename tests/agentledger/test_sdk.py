@@ -24,6 +24,7 @@ from agentledger import (
 )
 from runs.models import Event, Step
 from runs.models import Run as RunRow
+from runs.services import run_complete
 from tests.agents.ports import port_in_range
 from tests.conftest import ROOT
 
@@ -354,7 +355,11 @@ def test_gateway_tools_run_with_the_step_key_and_refusals_are_recorded_errors(
     assert IdempotencyKey.objects.get(key=create.idempotency_key).state == "completed"
     assert comment.state == "error"
     assert comment.result is not None
-    assert refused.value.result["error"] == comment.result["error"] == "ticket_not_found"
+    # the gateway's stored failure, recorded by the gateway itself (one call per step)
+    assert refused.value.result == comment.result
+    assert comment.result["error"]["code"] == "ticket_not_found"
+    events = list(Event.objects.filter(run_id=run.id).values_list("type", flat=True))
+    assert events.count("step_done") == 2 and events.count("step_error") == 1
     assert RunRow.objects.get(pk=run.id).status == "completed"
 
 
@@ -377,3 +382,28 @@ def test_an_interrupted_tool_enforced_write_runs_again_with_the_same_key(ledger:
     step = Step.objects.get(run_id=first.id, index=0)
     assert (step.state, step.enforced_by, step.executions) == ("done", "tool", 2)
     assert RunRow.objects.get(pk=first.id).used_steps == 1  # the re-execution cost no new step
+
+
+def test_find_and_wait_give_a_caller_whose_call_timed_out_its_run_and_result(
+    ledger: Ledger,
+) -> None:
+    assert ledger.find("sdk-find", "order-7") is None
+    run = ledger.run("sdk-find", {"order": 7}, external_id="order-7", worker="pod-find")
+    run.__enter__()
+    found = ledger.find("sdk-find", "order-7")
+    assert found is not None and found["id"] == run.id and found["runner"] == "external"
+    waiting = ledger.wait(run.id, timeout=1)  # still running: answered when the time is up
+    assert waiting["status"] == "running"
+
+    def finish() -> None:  # the worker, elsewhere, completes the run
+        time.sleep(0.5)
+        run_complete(run_id=run.id, epoch=run.epoch, output={"shipped": True}, actor="worker")
+
+    finisher = threading.Thread(target=finish)
+    finisher.start()
+    started = time.monotonic()
+    done = ledger.wait(run.id, timeout=30)
+    finisher.join()
+    assert (done["status"], done["output"]) == ("completed", {"shipped": True})
+    assert time.monotonic() - started < 5
+    crash(run)

@@ -11,18 +11,22 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from email import message_from_bytes
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from aiosmtpd.controller import Controller
 
+from config.celery import app
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
 from tests.agents.ports import port_in_range
 from tests.conftest import ROOT, gunicorn_server
+from tests.conftest import test_database_url as database_url
 from tools.models import KnowledgeArticle, OutboundEmail, Ticket
 
 LEDGER_PORT = port_in_range(8210, 8219)
@@ -212,3 +216,84 @@ def effects_for(desk: AgentDesk, customer: str) -> tuple[int, int, int]:
         OutboundEmail.objects.filter(to=customer).count(),
         len(desk.smtp.to(customer)),
     )
+
+
+@pytest.fixture
+def celery_on_db2() -> Iterator[None]:
+    """Point this process's Celery app at Redis DB 2 (our isolation), then back."""
+    previous = app.conf.broker_url
+    app.conf.update(broker_url=REDIS_URL)
+    assert app.conf.broker_url == REDIS_URL, "CELERY_BROKER_URL in the environment wins"
+    app._after_fork()  # type: ignore[attr-defined]  # drop pooled connections to the old broker
+    try:
+        yield
+    finally:
+        app.conf.update(broker_url=previous)
+        app._after_fork()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def start_worker(desk: AgentDesk) -> Iterator[Callable[..., tuple[subprocess.Popen[bytes], Path]]]:
+    """Start a real `celery worker` (prefork, one child) for the agents; stop it after the test."""
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    started: list[tuple[subprocess.Popen[bytes], Any]] = []
+
+    def start(**extra_env: str) -> tuple[subprocess.Popen[bytes], Path]:
+        name = f"agents-test-{uuid.uuid4().hex[:6]}"
+        log_path = ROOT / ".pytest_cache" / f"{name}.log"
+        log = open(log_path, "wb")  # noqa: SIM115
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("AGENT_CRASH", "AGENT_STOP"))
+        }
+        env.update(
+            {
+                "DATABASE_URL": database_url(),
+                "CELERY_BROKER_URL": REDIS_URL,
+                "LEDGER_URL": desk.url,
+                "LEDGER_TOKEN": desk.token,
+                **extra_env,
+            }
+        )
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "-l",
+                "info",
+                "-P",
+                "prefork",
+                "-c",
+                "1",
+                "-n",
+                f"{name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, like a pod
+        )
+        started.append((proc, log))
+        deadline = time.monotonic() + 60
+        while b"ready." not in log_path.read_bytes():
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, "celery worker not ready in 60 s"
+            time.sleep(0.2)
+        return proc, log_path
+
+    yield start
+    for proc, log in started:
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

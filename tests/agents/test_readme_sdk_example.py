@@ -1,12 +1,21 @@
 """The README's SDK example is real code: run it against the ledger and check what it did."""
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from runs.models import Run
+from runs.models import Event, Run
+from runs.services import runs_reap_expired_leases, runs_redispatch_idle
 from tests.agents.conftest import AgentDesk, effects_for
-from tests.conftest import ROOT
+from tests.conftest import ROOT, chain_problems
 
 pytestmark = pytest.mark.slow
 
@@ -32,3 +41,82 @@ def test_readme_sdk_example_runs_once_even_when_run_twice(desk: AgentDesk) -> No
     exec(compile(code, "README.md", "exec"), {"token": desk.token})  # noqa: S102
     assert Run.objects.filter(agent="support", external_id="ticket-42").count() == 1
     assert effects_for(desk, "ada@example.com") == (1, 1, 1)
+
+
+# The README example in a process of its own, with two hooks a test needs: a SIGKILL right after
+# the step named KILL_AFTER is journalled (not on replay), and a 5 s lease (so it expires soon).
+HARNESS = """
+import os, signal, sys
+import agentledger._ledger as _ledger
+import agentledger._run as _run
+
+kill_after = os.environ.get("KILL_AFTER")
+notify = _run.Run._notify
+
+def notify_then_die(self, step, *, replayed):
+    notify(self, step, replayed=replayed)
+    if kill_after and step["name"] == kill_after and not replayed:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+_run.Run._notify = notify_then_die
+run = _ledger.Ledger.run
+_ledger.Ledger.run = lambda self, *a, **k: run(self, *a, **{**k, "ttl_seconds": 5})
+code = open(sys.argv[1]).read()
+exec(compile(code, "README.md", "exec"), {"token": os.environ["LEDGER_TOKEN"]})
+"""
+
+
+def test_readme_example_killed_after_tickets_create_resumes_and_is_never_taken_over(
+    desk: AgentDesk,
+    start_worker: Callable[..., Any],
+    celery_on_db2: None,
+    tmp_path: Path,
+) -> None:
+    """The demo's Celery worker runs the registered `support` agent. The README example is a run
+    of agent `support` too, but its own process runs it (runner `external`): the reaper
+    interrupts it when its lease lapses and offers it to nobody; its restart completes it."""
+    _worker, celery_log = start_worker()
+    _, customer = desk.new_ticket()
+    external_id = f"readme-{customer}"
+    code = readme_example().replace("http://ledger:8000", desk.url)
+    code = code.replace("ticket-42", external_id).replace("ada@example.com", customer)
+    (tmp_path / "example.py").write_text(code)
+    (tmp_path / "harness.py").write_text(HARNESS)
+    env = {**os.environ, "LEDGER_TOKEN": desk.token}
+
+    def example(**extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(tmp_path / "harness.py"), str(tmp_path / "example.py")],
+            cwd=ROOT,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    killed = example(KILL_AFTER="tickets.create")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    run = Run.objects.get(agent="support", external_id=external_id)
+    assert (run.runner, run.status, run.lease_worker) == ("external", "running", "pod-7")
+    assert effects_for(desk, customer) == (1, 0, 0)
+
+    time.sleep(6)  # the 5 s lease lapsed; beat's reaper and idle sweep run
+    assert runs_reap_expired_leases() >= 1
+    assert Run.objects.get(pk=run.pk).status == "interrupted"
+    runs_redispatch_idle(idle_seconds=0)
+    time.sleep(3)  # time enough for a Celery worker to pick up anything it was offered
+    run.refresh_from_db()
+    assert run.status == "interrupted"
+    assert str(run.pk) not in celery_log.read_text()
+
+    resumed = example()
+    assert resumed.returncode == 0, resumed.stderr
+    run.refresh_from_db()
+    assert run.status == "completed"
+    assert isinstance(run.output, dict) and set(run.output) == {"ticket"}
+    assert effects_for(desk, customer) == (1, 1, 1)
+    leases = Event.objects.filter(run=run, type="lease_acquired").values_list(
+        "payload__worker", flat=True
+    )
+    assert set(leases) == {"pod-7"}  # never a celery:<node> worker
+    assert chain_problems(run.pk) == []

@@ -4,6 +4,7 @@ Ten keys create tickets and ten send email; the 1000 requests are shuffled and f
 threads at a live gunicorn. Every key must produce exactly one effect (one Ticket row, one
 OutboundEmail row, one SMTP message), every success must carry the same result, and the others
 must be the documented 409 `idempotency_in_progress` (never a 5xx, never a second effect).
+The keys are free-form (a caller that is not an agent): the token has the `tools:direct` scope.
 """
 
 import random
@@ -23,8 +24,10 @@ PER_KEY = 50
 def test_fifty_concurrent_invokes_per_key_across_twenty_keys_make_one_effect_each(
     mail_stack: Stack,
 ) -> None:
+    from runs.tokens import worker_token_create
     from tools.models import IdempotencyKey, OutboundEmail, Ticket
 
+    _, token = worker_token_create(name="races-direct", scopes=("tools:direct",))
     tag = uuid.uuid4().hex[:8]
     calls: list[tuple[str, str, dict[str, Any]]] = []
     for i in range(10):
@@ -46,7 +49,7 @@ def test_fifty_concurrent_invokes_per_key_across_twenty_keys_make_one_effect_eac
         if client is None:
             client = httpx.Client(
                 base_url=mail_stack.url,
-                headers={"Authorization": f"Bearer {mail_stack.token}"},
+                headers={"Authorization": f"Bearer {token}"},
                 timeout=60,
             )
             local[threading.get_ident()] = client
@@ -87,7 +90,7 @@ def test_fifty_concurrent_invokes_per_key_across_twenty_keys_make_one_effect_eac
 
     # a settled key answers 200 with the stored result to anyone who asks again
     with httpx.Client(
-        base_url=mail_stack.url, headers={"Authorization": f"Bearer {mail_stack.token}"}
+        base_url=mail_stack.url, headers={"Authorization": f"Bearer {token}"}
     ) as client:
         for key, tool, args in {c[0]: c for c in calls}.values():
             again = client.post(

@@ -36,8 +36,11 @@ def test_a_pending_run_whose_task_was_lost_is_offered_again_once_per_period(
     lost = journal.create(agent="support", external_id="lost-task")["id"]
     fresh = journal.create(agent="support", external_id="fresh")["id"]
     working = journal.create(agent="support", external_id="working")["id"]
+    external = journal.create(agent="support", external_id="my-own-process")["id"]
+    # what start_agent_run makes: runs the agents' Celery task runs
+    Run.objects.exclude(pk=external).update(runner="celery")
     assert journal.lease(working).status_code == 200
-    for run_id in (lost, working):
+    for run_id in (lost, working, external):
         _age(run_id, 600)
 
     assert runs_redispatch_idle(idle_seconds=300) == 1
@@ -48,5 +51,6 @@ def test_a_pending_run_whose_task_was_lost_is_offered_again_once_per_period(
     assert runs_redispatch_idle(idle_seconds=300) == 1
     assert [o[0] for o in offered] == [lost, lost]
     assert fresh not in [o[0] for o in offered]
+    assert external not in [o[0] for o in offered]  # resumed only by its own process
     assert Run.objects.get(pk=lost).status == "pending"  # an offer changes no state
     assert Run.objects.get(pk=lost).event_seq == 1

@@ -214,6 +214,37 @@ def test_a_new_token_is_shown_once_and_then_only_by_name(client_for):
 
 
 @pytest.mark.django_db
+def test_an_admin_limits_a_token_to_agents_and_it_sees_only_their_runs(client_for):
+    client = client_for(ADMINS)
+    response = client.post(
+        "/tokens/", {"name": "triage-pods", "agents": "triage, billing", "tools_direct": "on"}
+    )
+    token = WorkerToken.objects.get(name="triage-pods")
+    assert (token.agents, token.scope) == (["billing", "triage"], "worker tools:direct")
+    entry = AuditEntry.objects.get(action="token.create")
+    assert entry.details["agents"] == ["billing", "triage"]
+    assert "billing, triage" in client.get("/tokens/").content.decode()
+
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {response.context['created'][1]}")
+    other = api.post(
+        "/api/v1/runs/", {"agent": "support", "input": {}}, content_type="application/json"
+    )
+    assert other.status_code == 403 and other.json()["error"]["code"] == "agent_not_allowed"
+    mine = api.post(
+        "/api/v1/runs/", {"agent": "triage", "input": {}}, content_type="application/json"
+    )
+    assert mine.status_code == 201
+
+
+@pytest.mark.django_db
+def test_a_token_with_a_malformed_agent_name_is_refused(client_for):
+    response = client_for(ADMINS).post("/tokens/", {"name": "x", "agents": "support, no spaces"})
+    assert response.status_code == 400
+    assert b"Not an agent name" in response.content
+    assert not WorkerToken.objects.exists()
+
+
+@pytest.mark.django_db
 def test_a_token_without_a_name_is_refused(client_for):
     response = client_for(ADMINS).post("/tokens/", {"name": "  "})
     assert response.status_code == 400

@@ -56,3 +56,39 @@ def test_without_a_tool_side_keys_show_as_unavailable_not_an_error(monkeypatch):
         "customer": "ada@example.com",
         "ticket_id": 3,
     }
+
+
+@pytest.mark.django_db
+def test_a_tools_exception_text_is_on_the_transcript_for_staff_not_in_the_api(api, groups):
+    from tests.tools import fixture_tools
+
+    fixture_tools.register()
+    try:
+        run, _ = run_create(agent="support", input={}, actor="w")
+        grant = run_lease_acquire(run_id=run.pk, worker="w", ttl_seconds=30, actor="w")
+        args = {"customer": "bob@example.com"}
+        key = step_intent_record(
+            run_id=run.pk,
+            epoch=grant.epoch,
+            index=0,
+            kind="tool",
+            name="test.explode",
+            effect="write",
+            enforced_by="ledger",
+            arguments=args,
+            actor="w",
+        ).step.idempotency_key
+        failed = api.post(
+            "/api/v1/tools/test.explode/invoke",
+            {"arguments": args},
+            format="json",
+            HTTP_IDEMPOTENCY_KEY=key,
+        )
+    finally:
+        fixture_tools.unregister()
+    assert failed.status_code == 502
+    assert "relay fell over" not in failed.content.decode()
+    client = Client()
+    client.force_login(user_in(AUDITORS))
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "RuntimeError: the upstream relay fell over mid-request" in page

@@ -19,6 +19,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from rest_framework.test import APIClient
 
+from runs.tokens import worker_token_create
 from tests.conftest import ROOT, test_database_url, wait_for_http
 from tests.tools import fixture_tools
 
@@ -141,13 +142,16 @@ def tools_server(
 @pytest.fixture
 def killable_server(
     django_db_setup: Any, smtp_server: SmtpRecorder
-) -> Iterator[Callable[[], tuple[str, subprocess.Popen]]]:
-    """Start a one-worker gunicorn in its own process group; the test may SIGKILL the group."""
+) -> Iterator[Callable[..., tuple[str, subprocess.Popen]]]:
+    """Start a one-worker gunicorn in its own process group; the test may SIGKILL the group.
+
+    `start(**env)` adds environment variables (a crash point, a shorter lock timeout)."""
     started: list[subprocess.Popen] = []
 
-    def start() -> tuple[str, subprocess.Popen]:
+    def start(**extra_env: str) -> tuple[str, subprocess.Popen]:
         port = port_in_range()
-        proc = _gunicorn(port, workers=1, threads=2, env=_server_env(smtp_server.port))
+        env = {**_server_env(smtp_server.port), **extra_env}
+        proc = _gunicorn(port, workers=1, threads=2, env=env)
         started.append(proc)
         url = f"http://127.0.0.1:{port}"
         wait_for_http(f"{url}/api/v1/tools/", proc=proc)
@@ -169,12 +173,24 @@ def test_tools() -> Iterator[None]:
 
 
 @pytest.fixture
-def invoke(api: APIClient) -> Callable[..., Any]:
-    """POST /api/v1/tools/{name}/invoke in-process, with an optional Idempotency-Key."""
+def direct_api(db: Any) -> APIClient:
+    """A client whose token has the `tools:direct` scope: free-form keys, as a non-agent caller
+    uses them. The key protocol's own tests use it; agents' keys name journalled steps."""
+    _, raw = worker_token_create(name="test-direct", scopes=("tools:direct",))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    client.default_format = "json"
+    return client
+
+
+@pytest.fixture
+def invoke(direct_api: APIClient) -> Callable[..., Any]:
+    """POST /api/v1/tools/{name}/invoke in-process, with an optional Idempotency-Key (free-form
+    keys: a `tools:direct` token)."""
 
     def call(name: str, arguments: Any, key: str | None = None, **body: Any) -> Any:
         headers = {"Idempotency-Key": key} if key is not None else {}
-        return api.post(
+        return direct_api.post(
             f"/api/v1/tools/{name}/invoke",
             {"arguments": arguments, **body},
             format="json",

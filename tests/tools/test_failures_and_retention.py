@@ -30,12 +30,15 @@ def test_a_tool_raising_mid_execution_ends_failed_and_the_retry_gets_the_stored_
     assert first.status_code == 502
     error = first.json()["error"]
     assert error["code"] == "tool_failed"
-    assert "relay fell over" in error["message"]
-    assert error["details"] == {"exception": "RuntimeError"}
+    # the tool's own text stays in the log and the key's record: callers get type and reference
+    assert "relay fell over" not in first.content.decode()
+    assert error["details"]["exception"] == "RuntimeError"
+    assert error["details"]["reference"] in error["message"]
     # the row the tool wrote before raising was rolled back with its transaction
     assert Ticket.objects.count() == 0
     row = IdempotencyKey.objects.get(key="k-explode")
     assert (row.state, row.status_code, row.response) == (KeyStatus.FAILED, 502, first.json())
+    assert row.internal_error == "RuntimeError: the upstream relay fell over mid-request"
 
     retry = invoke("test.explode", {"customer": "bob@example.com"}, key="k-explode")
     assert retry.status_code == 502

@@ -20,7 +20,7 @@ from django.test import override_settings
 
 from runs import services
 from runs.models import Event
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, chain_problems
 from tests.tools.conftest import SmtpRecorder
 from tools.idempotency import idempotency_state_for_recovery
 from tools.models import IdempotencyKey, KeyStatus, OutboundEmail
@@ -35,10 +35,29 @@ EMAIL = {
 }
 
 
+def _journalled_intent(name: str, arguments: dict[str, Any]) -> tuple[Any, Any]:
+    """A run under lease with step 0's write intent journalled: the key a worker sends."""
+    run, _ = services.run_create(agent="support", input={}, actor="test")
+    grant = services.run_lease_acquire(run_id=run.pk, worker="w-1", ttl_seconds=30, actor="test")
+    step = services.step_intent_record(
+        run_id=run.pk,
+        epoch=grant.epoch,
+        index=0,
+        kind="tool",
+        name=name,
+        effect="write",
+        enforced_by="ledger",
+        arguments=arguments,
+        actor="test",
+    ).step
+    return run, step
+
+
 def test_fifty_concurrent_sends_with_one_key_make_one_email_row_and_one_smtp_message(
     tools_server: str, smtp_server: SmtpRecorder, worker_token: str
 ) -> None:
-    key = "6f1c0b9e-0000-4000-8000-000000000050:12:email.send:0123456789abcdef0123456789abcdef"
+    run, step = _journalled_intent("email.send", EMAIL)
+    key = step.idempotency_key
     start = threading.Barrier(50)
 
     def send(_: int) -> httpx.Response:
@@ -79,6 +98,11 @@ def test_fifty_concurrent_sends_with_one_key_make_one_email_row_and_one_smtp_mes
     assert len(smtp_server.with_message_id(message_id_for(key))) == 1
     row = IdempotencyKey.objects.get(key=key)
     assert (row.state, row.response) == (KeyStatus.COMPLETED, executed[0].json())
+    # the gateway recorded the step's outcome once, with the key's completion
+    step.refresh_from_db()
+    assert (step.state, step.result) == ("done", executed[0].json()["result"])
+    assert Event.objects.filter(run=run, type="step_done").count() == 1
+    assert chain_problems(run.pk) == []
 
 
 def test_a_server_killed_mid_tool_leaves_the_key_in_progress_and_recovery_marks_the_step_unknown(
@@ -87,21 +111,9 @@ def test_a_server_killed_mid_tool_leaves_the_key_in_progress_and_recovery_marks_
     tmp_path: Path,
     fake_clock: FakeClock,
 ) -> None:
-    run, _ = services.run_create(agent="support", input={}, actor="test")
-    grant = services.run_lease_acquire(run_id=run.pk, worker="w-1", ttl_seconds=30, actor="test")
     marker = tmp_path / "executing"
     arguments = {"marker": str(marker), "seconds": 30}
-    step = services.step_intent_record(
-        run_id=run.pk,
-        epoch=grant.epoch,
-        index=0,
-        kind="tool",
-        name="test.block",
-        effect="write",
-        enforced_by="ledger",
-        arguments=arguments,
-        actor="test",
-    ).step
+    run, step = _journalled_intent("test.block", arguments)
 
     url, proc = killable_server()
     outcome: dict[str, Any] = {}

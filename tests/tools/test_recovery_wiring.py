@@ -1,7 +1,10 @@
 """The journal's recovery asks the real key store (settings.LEDGER_KEY_STATE_LOOKUP), end to end.
 
 A write step `enforced_by: ledger` whose worker vanished after its intent: the key record decides,
-through the reaper and through a new lease after expiry alike.
+through the reaper and through a new lease after expiry alike. The gateway records the outcome
+with the key's completion, so a completed key with an open intent is what an execution whose
+outcome was not recorded leaves (the run moved to another epoch meanwhile, or a gateway from
+before it recorded outcomes): `_without_gateway_outcome` makes one.
 """
 
 from collections.abc import Callable
@@ -14,7 +17,7 @@ from django.test import override_settings
 from runs import services
 from runs.canonical import arguments_hash
 from runs.models import Event, Run, Step
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, chain_problems
 from tools.idempotency import idempotency_reserve, idempotency_state_for_recovery
 from tools.models import OutboundEmail
 from tools.registry import tool_invoke
@@ -41,6 +44,11 @@ def _write_intent(arguments: dict[str, Any], name: str = "email.send") -> tuple[
     return run, result.step
 
 
+@pytest.fixture
+def _without_gateway_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tools.registry.step_outcome_from_gateway", lambda **_: None)
+
+
 def _by_reaper(run: Run) -> None:
     assert services.runs_reap_expired_leases() == 1
 
@@ -63,7 +71,20 @@ def test_the_configured_lookup_is_the_tool_side() -> None:
     assert settings.LEDGER_KEY_STATE_LOOKUP == "tools.idempotency.idempotency_state_for_recovery"
 
 
+def test_the_gateway_records_the_outcome_with_the_key_and_verification_passes(
+    fake_clock: FakeClock,
+) -> None:
+    run, step = _write_intent(EMAIL)
+    sent = tool_invoke(name="email.send", arguments=EMAIL, idempotency_key=step.idempotency_key)
+    assert sent.status_code == 200
+    step.refresh_from_db()
+    assert (step.state, step.result) == ("done", sent.body["result"])
+    assert _last_event(run, "step_done").payload["index"] == 0
+    assert chain_problems(run.pk) == []
+
+
 @pytest.mark.parametrize("recover", RECOVERIES)
+@pytest.mark.usefixtures("_without_gateway_outcome")
 def test_a_completed_key_makes_the_step_done_with_the_stored_result(
     fake_clock: FakeClock, recover: Callable[[Run], None]
 ) -> None:
@@ -121,6 +142,7 @@ def test_a_fresh_in_progress_key_is_interrupted_not_unknown(fake_clock: FakeCloc
     assert step.state == "interrupted"
 
 
+@pytest.mark.usefixtures("_without_gateway_outcome")
 def test_a_failed_key_makes_the_step_error_with_the_stored_failure(
     fake_clock: FakeClock,
 ) -> None:
@@ -153,14 +175,37 @@ def test_a_supervisor_retry_lets_the_same_key_execute_again(fake_clock: FakeCloc
         assert step.state == "unknown"
         with pytest.raises(Exception) as refused:
             tool_invoke(name="email.send", arguments=EMAIL, idempotency_key=step.idempotency_key)
-        assert getattr(refused.value, "code", None) == "idempotency_in_progress"
+        # an unknown step's key is not an open intent: it waits for the supervisor
+        assert getattr(refused.value, "code", None) == "intent_not_journalled"
 
         fake_clock.advance(seconds=1)
         services.step_resolve(
             run_id=run.pk, index=0, action="retry", note="bounced, resend", by="sup"
         )
         fake_clock.advance(seconds=1)
+        # the step is interrupted now: the key runs only under its journalled intent again
+        with pytest.raises(Exception) as not_yet:
+            tool_invoke(name="email.send", arguments=EMAIL, idempotency_key=step.idempotency_key)
+        assert getattr(not_yet.value, "code", None) == "intent_not_journalled"
+        grant = services.run_lease_acquire(
+            run_id=run.pk, worker="w-2", ttl_seconds=30, actor="test"
+        )
+        reopened = services.step_intent_record(
+            run_id=run.pk,
+            epoch=grant.epoch,
+            index=0,
+            kind="tool",
+            name="email.send",
+            effect="write",
+            enforced_by="ledger",
+            arguments=EMAIL,
+            actor="test",
+        )
+        assert reopened.step.state == "intent"
         sent = tool_invoke(name="email.send", arguments=EMAIL, idempotency_key=step.idempotency_key)
     assert sent.status_code == 200 and sent.replayed is False
     assert OutboundEmail.objects.count() == 1
     assert idempotency_state_for_recovery(step.idempotency_key).state == "completed"
+    step.refresh_from_db()
+    assert step.state == "done"
+    assert chain_problems(run.pk) == []

@@ -1,0 +1,144 @@
+"""Reads other apps make of the journal: typed, so the coupling shows in the imports."""
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.core import signing
+from django.db.models import Q
+
+from runs.access import runs_visible
+from runs.api_errors import ApplicationError
+from runs.models import Run, Step
+
+_CURSOR_SALT = "runs.selectors.runs_find"
+
+# {run uuid}:{index}:{name}:{32 hex} (runs.canonical.idempotency_key)
+_JOURNAL_KEY = re.compile(
+    r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}):(\d{1,9}):"
+)
+
+
+@dataclass(frozen=True)
+class KeyStep:
+    """The journal step an idempotency key names, with what the gateway checks of its run."""
+
+    run_id: UUID
+    agent: str
+    run_epoch: int
+    index: int
+    name: str
+    arguments_hash: str
+    state: str
+    epoch: int
+    result: Any
+    outcome_at: datetime | None
+
+    def found(self) -> dict[str, Any]:
+        """What the gateway's refusals say was found under the key."""
+        return {
+            "run": str(self.run_id),
+            "index": self.index,
+            "name": self.name,
+            "arguments_hash": self.arguments_hash,
+            "state": self.state,
+        }
+
+
+def step_for_key(*, key: str) -> KeyStep | None:
+    """The step whose idempotency_key is `key` (one indexed query), or None (a free-form key)."""
+    match = _JOURNAL_KEY.match(key)
+    if match is None:
+        return None
+    row = (
+        Step.objects.filter(run_id=match[1], index=int(match[2]), idempotency_key=key)
+        .values(
+            "run_id",
+            "run__agent",
+            "run__epoch",
+            "index",
+            "name",
+            "arguments_hash",
+            "state",
+            "epoch",
+            "result",
+            "outcome_at",
+        )
+        .first()
+    )
+    if row is None:
+        return None
+    return KeyStep(
+        run_id=row["run_id"],
+        agent=row["run__agent"],
+        run_epoch=row["run__epoch"],
+        index=row["index"],
+        name=row["name"],
+        arguments_hash=row["arguments_hash"],
+        state=row["state"],
+        epoch=row["epoch"],
+        result=row["result"],
+        outcome_at=row["outcome_at"],
+    )
+
+
+@dataclass(frozen=True)
+class RunPage:
+    runs: list[Run]
+    next_cursor: str | None
+
+
+def _bad_cursor() -> ApplicationError:
+    return ApplicationError(
+        "validation_error",
+        "The cursor is not one this server gave out.",
+        status_code=400,
+        details={"cursor": ["Use next_cursor from the previous page, unchanged."]},
+    )
+
+
+def runs_find(
+    *,
+    principal: Any,
+    agent: str | None = None,
+    external_id: str | None = None,
+    status: str | None = None,
+    created_after: datetime | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> RunPage:
+    """Runs the token may see, newest first, `limit` at a time.
+
+    The cursor is the (created_at, id) of the last run of the previous page, signed with the
+    SECRET_KEY: a tampered cursor is a 400, never a query on made-up values.
+    """
+    runs = runs_visible(principal=principal, runs=Run.objects.all())
+    if agent is not None:
+        runs = runs.filter(agent=agent)
+    if external_id is not None:
+        runs = runs.filter(external_id=external_id)
+    if status is not None:
+        runs = runs.filter(status=status)
+    if created_after is not None:
+        runs = runs.filter(created_at__gt=created_after)
+    if cursor is not None:
+        try:
+            at, last_id = signing.loads(cursor, salt=_CURSOR_SALT)
+            at, last_id = datetime.fromisoformat(at), UUID(last_id)
+        except (signing.BadSignature, ValueError, TypeError) as exc:
+            raise _bad_cursor() from exc
+        runs = runs.filter(Q(created_at__lt=at) | Q(created_at=at, id__lt=last_id))
+    found = list(runs.order_by("-created_at", "-id")[: limit + 1])
+    next_cursor = None
+    if len(found) > limit:
+        found = found[:limit]
+        last = found[-1]
+        next_cursor = signing.dumps(
+            [last.created_at.isoformat(), str(last.pk)], salt=_CURSOR_SALT, compress=True
+        )
+    return RunPage(runs=found, next_cursor=next_cursor)
+
+
+__all__ = ["KeyStep", "RunPage", "runs_find", "step_for_key"]

@@ -1,0 +1,86 @@
+"""Waiters under ASGI hold no thread: 100 of them on one uvicorn process, all answered within a
+second of the run finishing, while the same process still serves other requests at once."""
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from runs import services
+from tests.conftest import ROOT, free_port, stop_process, test_database_url, wait_for_http
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+WAITERS = 100
+
+
+@pytest.fixture
+def asgi_server(transactional_db: Any) -> Iterator[str]:
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "LOG_LEVEL": "WARNING"}
+    log = open(ROOT / ".pytest_cache" / f"uvicorn-{port}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(f"{url}/api/v1/schema/", proc=proc)
+        yield url
+    finally:
+        stop_process(proc)
+        log.close()
+
+
+def test_a_hundred_waiters_on_one_asgi_process_hear_the_run_finish_within_a_second(
+    asgi_server: str, worker_token: str
+) -> None:
+    headers = {"Authorization": f"Bearer {worker_token}"}
+    run = httpx.post(
+        f"{asgi_server}/api/v1/runs/", json={"agent": "support", "input": {}}, headers=headers
+    ).json()
+    epoch = httpx.post(
+        f"{asgi_server}/api/v1/runs/{run['id']}/lease", json={"worker": "w"}, headers=headers
+    ).json()["epoch"]
+    answered: list[tuple[float, str]] = []
+
+    async def waiter(client: httpx.AsyncClient) -> None:
+        response = await client.get(f"/api/v1/runs/{run['id']}/", params={"wait": 30})
+        answered.append((time.monotonic(), response.json()["status"]))
+
+    async def scenario() -> tuple[float, float]:
+        limits = httpx.Limits(max_connections=WAITERS + 10)
+        async with httpx.AsyncClient(
+            base_url=asgi_server, headers=headers, timeout=60, limits=limits
+        ) as client:
+            tasks = [asyncio.create_task(waiter(client)) for _ in range(WAITERS)]
+            await asyncio.sleep(2.0)  # every waiter is parked
+            assert not answered
+            # the same process answers another call at once while they wait
+            t0 = time.monotonic()
+            other = await client.get(f"/api/v1/runs/{run['id']}/")
+            other_took = time.monotonic() - t0
+            assert other.status_code == 200
+            await asyncio.to_thread(
+                services.run_complete, run_id=run["id"], epoch=epoch, output={}, actor="w"
+            )
+            finished = time.monotonic()
+            await asyncio.gather(*tasks)
+            return finished, other_took
+
+    finished, other_took = asyncio.run(scenario())
+    assert len(answered) == WAITERS
+    assert {status for _, status in answered} == {"completed"}
+    latest = max(at for at, _ in answered) - finished
+    print(f"\n{WAITERS} waiters answered at most {latest * 1000:.0f} ms after the run finished")
+    assert latest < 1.0
+    assert other_took < 1.0

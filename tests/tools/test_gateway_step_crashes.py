@@ -1,0 +1,130 @@
+"""The one-call gateway step killed at each point, over real HTTP, real SMTP and a real SIGKILL.
+
+A gunicorn started with GATEWAY_CRASH_AT=<point> dies (the whole process group) inside
+`POST /runs/{id}/steps/` with `"invoke": true` for `email.send`. A second gunicorn takes over;
+once the lease and the key's lock (2 s) have run out, a new lease applies the recovery rules and
+the step ends where they say, with never more than one email row and one SMTP message:
+
+| killed                       | recovery finds                     | then                          |
+|------------------------------|------------------------------------|-------------------------------|
+| before the intent commits    | no step                            | the step runs once            |
+| after the intent commits     | an intent, no key: `interrupted`   | re-executed under its key     |
+| inside the tool (key held)   | a stale key: `unknown`, review     | a supervisor's retry runs it  |
+| after the tool, before commit| a stale key: `unknown`, review     | the supervisor says sent      |
+"""
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from runs import services
+from runs.models import Run, Step
+from tests.conftest import chain_problems
+from tests.tools.conftest import SmtpRecorder
+from tools.models import OutboundEmail
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+LEASE_TTL = 5
+LOCK_TIMEOUT = "2"
+
+
+class Worker:
+    """The test plays the worker, over HTTP, against whichever server is up."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.http = httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+
+    def call(self, method: str, path: str, body: Any = None) -> httpx.Response:
+        return self.http.request(method, path, json=body)
+
+    def lease(self, run_id: str, worker: str) -> httpx.Response:
+        return self.call(
+            "POST", f"/api/v1/runs/{run_id}/lease", {"worker": worker, "ttl_seconds": LEASE_TTL}
+        )
+
+    def email_step(self, run_id: str, epoch: int, to: str) -> httpx.Response:
+        return self.call(
+            "POST",
+            f"/api/v1/runs/{run_id}/steps/",
+            {
+                "epoch": epoch,
+                "index": 0,
+                "kind": "tool",
+                "name": "email.send",
+                "effect": "write",
+                "arguments": {"to": to, "subject": "Refund", "body": "Refunded."},
+                "invoke": True,
+            },
+        )
+
+
+def smtp_to(smtp: SmtpRecorder, to: str) -> int:
+    return sum(1 for message in list(smtp.messages) if message["To"] == to)
+
+
+def effects(smtp: SmtpRecorder, to: str) -> tuple[int, int]:
+    return OutboundEmail.objects.filter(to=to).count(), smtp_to(smtp, to)
+
+
+@pytest.mark.parametrize(
+    "point", ["before_intent", "after_intent", "inside_tool", "before_outcome_commit"]
+)
+def test_a_one_call_gateway_step_killed_at_each_point_makes_no_duplicate_effect(
+    point: str,
+    killable_server: Callable[..., tuple[str, Any]],
+    smtp_server: SmtpRecorder,
+    worker_token: str,
+) -> None:
+    to = f"crash-{point.replace('_', '-')}@example.com"
+    url, proc = killable_server(
+        GATEWAY_CRASH_AT=point, TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS=LOCK_TIMEOUT
+    )
+    first = Worker(url, worker_token)
+    run_id = first.call("POST", "/api/v1/runs/", {"agent": "mailer", "input": {}}).json()["id"]
+    epoch = first.lease(run_id, "pod-1").json()["epoch"]
+    with pytest.raises(httpx.TransportError):
+        first.email_step(run_id, epoch, to)  # the server dies under the call
+    proc.wait(timeout=10)
+    time.sleep(0.5)  # an SMTP conversation that finished just before the kill is recorded
+
+    url, _ = killable_server(TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS=LOCK_TIMEOUT)
+    second = Worker(url, worker_token)
+    time.sleep(LEASE_TTL + 0.5)  # the lease (and the key's lock) ran out
+    lease = second.lease(run_id, "pod-2")
+    step = Step.objects.filter(run_id=run_id, index=0).first()
+
+    if point == "before_intent":
+        assert step is None and lease.status_code == 200
+        assert effects(smtp_server, to) == (0, 0)
+    elif point == "after_intent":
+        assert step is not None and (step.state, lease.status_code) == ("interrupted", 200)
+        assert effects(smtp_server, to) == (0, 0)
+    else:
+        # the key is held by an execution that died: nobody can know whether it acted
+        assert step is not None and step.state == "unknown"
+        assert lease.status_code == 409 and lease.json()["error"]["code"] == "needs_review"
+        sent_before = 1 if point == "before_outcome_commit" else 0
+        assert effects(smtp_server, to) == (0, sent_before)  # the row rolled back with the key
+        action = "sent" if sent_before else "retry"
+        services.step_resolve(
+            run_id=run_id, index=0, action=action, note=f"checked the mail log: {action}", by="sup"
+        )
+        lease = second.lease(run_id, "pod-2")
+        assert lease.status_code == 200, lease.text
+
+    again = second.email_step(run_id, lease.json()["epoch"], to)
+    assert again.status_code in (200, 201), again.text
+    assert again.json()["state"] == "done"
+    step = Step.objects.get(run_id=run_id, index=0)
+    assert step.state == "done"
+    rows, messages = effects(smtp_server, to)
+    assert messages == 1, f"{messages} SMTP messages to {to}"
+    assert rows == (0 if point == "before_outcome_commit" else 1)
+    assert Run.objects.get(pk=run_id).step_count == 1
+    assert chain_problems(run_id) == []
