@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from bench import stack
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 SMOKE_DB = "test_al_bench_smoke"
 
@@ -36,6 +38,10 @@ def test_bench_smoke_tier_writes_results_from_real_samples_and_leaves_no_process
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "RESULTS.md"
+    # a fresh database each time: one migrated by other code (another branch, migrations since
+    # renumbered) would fail this run for reasons that are not the bench's
+    with stack.admin_connect() as admin:  # the server the bench uses (BENCH_PG_HOST/PORT/USER)
+        admin.execute(f'DROP DATABASE IF EXISTS "{SMOKE_DB}" WITH (FORCE)')
     env = {
         **os.environ,
         "BENCH_DB": SMOKE_DB,
