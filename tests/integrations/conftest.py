@@ -57,19 +57,24 @@ class AgentRun:
     external_id: str
     work: Path
 
-    def start(self, script: str, **env: str) -> AgentResult:
+    def start(self, script: str, *, by_path: bool = False, **env: str) -> AgentResult:
+        """Run `tests/integrations/<script>.py`; `by_path` keeps the repository root off the
+        front of sys.path (the OpenAI Agents SDK and our Django app are both `agents`)."""
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("CRASH_")}
         full_env.update(
             LEDGER_URL=self.desk.url,
             LEDGER_TOKEN=self.desk.token,
             PYTHONDONTWRITEBYTECODE="1",
+            OPENAI_AGENTS_DISABLE_TRACING="1",
             AGENT_NAME=self.agent,
             EXTERNAL_ID=self.external_id,
             WORK_DIR=str(self.work),
             **env,
         )
         proc = subprocess.run(
-            [sys.executable, "-m", f"tests.integrations.{script}"],
+            [sys.executable, str(ROOT / "tests" / "integrations" / f"{script}.py")]
+            if by_path
+            else [sys.executable, "-m", f"tests.integrations.{script}"],
             cwd=ROOT,
             env=full_env,
             capture_output=True,

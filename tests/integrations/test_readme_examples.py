@@ -1,6 +1,10 @@
 """The README's integration examples are real code: each runs as written against the ledger."""
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,3 +42,38 @@ def test_pydantic_ai_example(ledger_server: str, worker_token: str, transactiona
     assert ("tool", "refund", "write") in steps
     assert steps[0][0] == "model" and steps[-1][0] == "model"
     assert run.steps.get(name="refund").enforced_by == "nobody"
+
+
+def test_openai_agents_example(
+    ledger_server: str, worker_token: str, transactional_db: Any, tmp_path: Path
+) -> None:
+    example = tmp_path / "example.py"
+    example.write_text(
+        readme_example("### OpenAI Agents SDK").replace("http://ledger:8000", ledger_server)
+    )
+    runner = tmp_path / "runner.py"
+    runner.write_text(
+        "import sys\n"
+        "import agents  # the SDK, before the repository root (our Django app `agents`) joins\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from tests.integrations.openai_agents_agent import ScriptedModel\n"
+        'model = ScriptedModel([("lookup", {"order": "A-1"}), ("refund", {"order": "A-1"})],'
+        ' "Refunded A-1.")\n'
+        f"token = {worker_token!r}\n"
+        f"exec(compile(open({str(example)!r}).read(), 'README.md', 'exec'))\n"
+    )
+    env = {**os.environ, "WORK_DIR": str(tmp_path), "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    done = subprocess.run(
+        [sys.executable, str(runner)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    run = Run.objects.get(agent="refunds-openai", external_id="order-A-1")
+    assert run.status == "completed" and run.output == "Refunded A-1."
+    steps = list(run.steps.order_by("index").values_list("kind", "name", "effect"))
+    assert steps == [
+        ("model", "model:ScriptedModel", "read"),
+        ("tool", "lookup", "read"),
+        ("model", "model:ScriptedModel", "read"),
+        ("tool", "refund", "write"),
+        ("model", "model:ScriptedModel", "read"),
+    ]
