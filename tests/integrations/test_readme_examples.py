@@ -77,3 +77,20 @@ def test_openai_agents_example(
         ("tool", "refund", "write"),
         ("model", "model:ScriptedModel", "read"),
     ]
+
+
+def test_langgraph_example(ledger_server: str, worker_token: str, transactional_db: Any) -> None:
+    from tests.integrations.langgraph_agent import ScriptedChatModel
+
+    chat_model = ScriptedChatModel(calls=[("refund", {"order": "A-1"})], answer="Refunded A-1.")
+    code = readme_example("### LangGraph").replace("http://ledger:8000", ledger_server)
+    assert len(code.strip().splitlines()) <= 24
+    exec(compile(code, "README.md", "exec"), {"token": worker_token, "chat_model": chat_model})  # noqa: S102
+    run = Run.objects.get(agent="refunds-langgraph", external_id="order-A-1")
+    assert run.status == "completed" and run.output == "Refunded A-1."
+    steps = list(run.steps.order_by("index").values_list("kind", "name", "effect", "enforced_by"))
+    assert steps == [
+        ("model", "model:ScriptedChatModel", "read", None),
+        ("tool", "refund", "write", "nobody"),
+        ("model", "model:ScriptedChatModel", "read", None),
+    ]
