@@ -1,0 +1,232 @@
+"""An MCP gateway: the ledger in front of any MCP server, every `tools/call` a journalled step.
+
+    agentledger mcp proxy --upstream "python files_server.py" --agent desk --run ticket-42
+
+The proxy speaks MCP on its own stdin/stdout to the client and starts the upstream server as a
+child (stdio). One proxy session is one ledger run (`--agent`, `--run` as its external id, so a
+restarted proxy attaches to the same run), completed when the client disconnects. Each
+`tools/call` is a step named `<upstream server>/<tool>`:
+
+- a tool is a write unless the upstream annotates it `readOnlyHint` or `--read TOOL` says so
+  (`--write TOOL` overrides an annotation: annotations are hints, not trusted);
+- writes are `enforced_by: nobody` (the ledger cannot see into an MCP server), unless
+  `--keyed TOOL` says the upstream honours the step's idempotency key, which every call carries
+  in `_meta["agentledger/idempotency_key"]`; a crash between the upstream's answer and its
+  journalled outcome then sends the step to the review queue;
+- a replayed call answers the recorded result without reaching the upstream; tools are listed
+  without their output schema (a step resolved by a supervisor has only a text answer);
+- an upstream that dies mid-call leaves the step `intent` (recovery decides) and the proxy
+  answers that call, and every later one, with an error;
+- a run that needs review (or is finished) answers every `tools/call` with an error saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import os
+import shlex
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import mcp_types as types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+
+from agentledger._ledger import Ledger
+from agentledger._run import Run
+from agentledger.errors import LedgerUnavailable, StepFailed, StopRun
+from agentledger.integrations._core import JournalError, _step_key, journal_tool, journalable
+
+KEY_META = "agentledger/idempotency_key"
+
+
+class UpstreamLost(LedgerUnavailable):
+    """The upstream MCP server went away mid-call: whether it acted is unknown; nothing recorded."""
+
+
+def _text(message: str, *, error: bool = True) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=message)], is_error=error
+    )
+
+
+async def _blocking_with_loop(fn: Callable[[Callable[[Awaitable[Any]], Any]], Any]) -> Any:
+    loop = asyncio.get_running_loop()
+
+    async def awaited(awaitable: Awaitable[Any]) -> Any:
+        return await awaitable
+
+    def await_on_loop(awaitable: Awaitable[Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(awaited(awaitable), loop).result()
+
+    return await asyncio.to_thread(fn, await_on_loop)
+
+
+class Gateway:
+    """One proxy session: the upstream client session, the ledger run and the tool policy."""
+
+    def __init__(
+        self,
+        upstream: ClientSession,
+        *,
+        server_name: str,
+        read: Iterable[str] = (),
+        write: Iterable[str] = (),
+        keyed: Iterable[str] = (),
+    ) -> None:
+        self.upstream = upstream
+        self.server_name = server_name
+        self.read, self.write, self.keyed = set(read), set(write), set(keyed)
+        self.tools: dict[str, types.Tool] = {}
+        self.run: Run | None = None
+        self.stopped: str | None = None  # why every tools/call is refused
+        self.calls = 0
+
+    def effect(self, name: str) -> tuple[str, Any]:
+        tool = self.tools.get(name)
+        hinted = bool(tool and tool.annotations and tool.annotations.read_only_hint)
+        if name in self.read or (hinted and name not in self.write):
+            return "read", None
+        return "write", "tool" if name in self.keyed else "nobody"
+
+    async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        listed = await self.upstream.list_tools()
+        self.tools = {tool.name: tool for tool in listed.tools}
+        # no output schemas downstream: a step a supervisor resolved as "sent" has no structured
+        # result to give, and a client would refuse a text-only answer to a tool that has one
+        tools = [tool.model_copy(update={"output_schema": None}) for tool in listed.tools]
+        return listed.model_copy(update={"tools": tools})
+
+    async def call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        if self.stopped is not None or self.run is None:
+            return _text(self.stopped or "no ledger run")
+        run = self.run
+        name = params.name
+        if name not in self.tools:
+            await self.list_tools(ctx, None)
+        try:
+            arguments = journalable(dict(params.arguments or {}), what="arguments")
+        except JournalError as refused:
+            return _text(f"validation_error: {refused.message}")
+        effect, enforced_by = self.effect(name)
+
+        def journal(await_on_loop: Callable[[Awaitable[Any]], Any]) -> Any:
+            def execute() -> Any:
+                key = _step_key.get()
+                meta: Any = {KEY_META: key} if key else None
+                try:
+                    result = await_on_loop(self.upstream.call_tool(name, arguments, meta=meta))
+                except MCPError as error:
+                    if error.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                        raise  # the upstream answered with an error: the step's recorded error
+                    raise UpstreamLost(
+                        f"the upstream MCP server went away during {name}: {error}",
+                        code="upstream_lost",
+                    ) from error
+                except Exception as lost:
+                    raise UpstreamLost(
+                        f"the upstream MCP server went away during {name}: {lost!r}",
+                        code="upstream_lost",
+                    ) from lost
+                return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+            return journal_tool(
+                run,
+                f"{self.server_name}/{name}",
+                arguments,
+                execute,
+                effect=effect,
+                enforced_by=enforced_by,
+            )
+
+        self.calls += 1
+        try:
+            recorded = await _blocking_with_loop(journal)
+        except MCPError as error:
+            return _text(f"upstream error: {error}")
+        except StepFailed as failed:
+            return _text(json.dumps(failed.result, ensure_ascii=False))
+        except UpstreamLost as lost:
+            self.stopped = f"upstream_lost: {lost.message}"
+            return _text(self.stopped)
+        except StopRun as stop:
+            self.stopped = f"{stop.code}: {stop.message}"
+            return _text(self.stopped)
+        if isinstance(recorded, dict) and "content" in recorded:
+            return types.CallToolResult.model_validate(recorded)
+        # e.g. a supervisor's "sent" ({"resolved_as": "sent"}): what the journal knows, as text
+        return _text(json.dumps(recorded, ensure_ascii=False), error=False)
+
+
+async def proxy_stdio(
+    upstream: list[str],
+    *,
+    ledger: Ledger,
+    agent: str,
+    external_id: str,
+    worker: str | None = None,
+    read: Iterable[str] = (),
+    write: Iterable[str] = (),
+    keyed: Iterable[str] = (),
+) -> int:
+    """Serve MCP on stdin/stdout in front of `upstream` (argv) until the client disconnects."""
+    env = {k: v for k, v in os.environ.items() if k != "LEDGER_TOKEN"}
+    params = StdioServerParameters(command=upstream[0], args=upstream[1:], env=env)
+    async with stdio_client(params) as (up_read, up_write), ClientSession(up_read, up_write) as up:
+        initialized = await up.initialize()
+        server_name = initialized.server_info.name or "upstream"
+        gateway = Gateway(up, server_name=server_name, read=read, write=write, keyed=keyed)
+        run = ledger.run(
+            agent, {"mcp_upstream": server_name}, external_id=external_id, worker=worker
+        )
+        # the run's `with` is entered and left in one context (it sets a context variable)
+        context = contextvars.copy_context()
+        try:
+            await asyncio.to_thread(context.run, run.__enter__)
+            gateway.run = run
+        except StopRun as stop:
+            gateway.stopped = f"{stop.code}: {stop.message}"
+        server: Server[Any] = Server(
+            f"agentledger:{server_name}",
+            on_list_tools=gateway.list_tools,
+            on_call_tool=gateway.call_tool,
+        )
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        if gateway.run is not None:
+            if gateway.stopped is None:
+                run.output = {"tool_calls": gateway.calls}
+                await asyncio.to_thread(context.run, run.__exit__, None, None, None)
+            else:  # stopped: write nothing more (recovery or a person decides)
+                lost = UpstreamLost(gateway.stopped, code="stopped")
+                await asyncio.to_thread(context.run, run.__exit__, UpstreamLost, lost, None)
+        return 0 if gateway.stopped is None else 1
+
+
+def proxy_main(args: Any) -> int:
+    upstream = shlex.split(args.upstream)
+    if not upstream:
+        raise SystemExit("--upstream needs a command")
+    with Ledger(args.ledger_url, args.ledger_token) as ledger:
+        return asyncio.run(
+            proxy_stdio(
+                upstream,
+                ledger=ledger,
+                agent=args.agent,
+                external_id=args.run,
+                worker=args.worker,
+                read=args.read,
+                write=args.write,
+                keyed=args.keyed,
+            )
+        )
+
+
+__all__ = ["Gateway", "UpstreamLost", "proxy_main", "proxy_stdio"]

@@ -1,0 +1,47 @@
+"""A small upstream MCP server (stdio) for the proxy tests, written with the `mcp` package.
+
+`lookup` is annotated read-only; `append` writes a line to WORK_DIR/effects.txt. Every call is
+counted in WORK_DIR/upstream_calls.txt. It records its parent's pid (the proxy) in proxy.pid.
+UPSTREAM_KILL_PROXY_INSIDE=append SIGKILLs the proxy right after the effect (before the proxy
+can journal the outcome); UPSTREAM_DIE_INSIDE=append makes this server exit there instead.
+"""
+
+import os
+import signal
+from pathlib import Path
+
+from mcp.server import MCPServer
+from mcp_types import ToolAnnotations
+
+WORK = Path(os.environ["WORK_DIR"])
+server = MCPServer("files")
+
+
+def count(name: str) -> None:
+    with open(WORK / "upstream_calls.txt", "a") as calls:
+        calls.write(f"{name}\n")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def lookup(ticket: str) -> str:
+    """Look a ticket up."""
+    count("lookup")
+    return f"{ticket}: open"
+
+
+@server.tool()
+def append(line: str) -> str:
+    """Append a line to the refunds file."""
+    count("append")
+    with open(WORK / "effects.txt", "a") as effects:
+        effects.write(f"{line}\n")
+    if os.environ.get("UPSTREAM_KILL_PROXY_INSIDE") == "append":
+        os.kill(os.getppid(), signal.SIGKILL)
+    if os.environ.get("UPSTREAM_DIE_INSIDE") == "append":
+        os._exit(1)
+    return f"appended {line}"
+
+
+if __name__ == "__main__":
+    (WORK / "proxy.pid").write_text(str(os.getppid()))
+    server.run()

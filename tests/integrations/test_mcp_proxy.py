@@ -1,0 +1,143 @@
+"""`agentledger mcp proxy` in front of a real stdio MCP server: journalled, replayed, reviewed."""
+
+import asyncio
+import os
+import signal
+import sys
+from typing import Any
+
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from runs.services import step_resolve
+from tests.conftest import ROOT
+from tests.integrations.conftest import AgentRun, Desk
+
+pytestmark = pytest.mark.slow
+
+UPSTREAM = ROOT / "tests" / "integrations" / "mcp_upstream.py"
+
+
+def proxy_params(run: AgentRun, **env: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "agentledger",
+            "mcp",
+            "proxy",
+            "--upstream",
+            f"{sys.executable} {UPSTREAM}",
+            "--agent",
+            run.agent,
+            "--run",
+            run.external_id,
+            "--worker",
+            "proxy-1",
+        ],
+        env={
+            "LEDGER_URL": run.desk.url,
+            "LEDGER_TOKEN": run.desk.token,
+            "WORK_DIR": str(run.work),
+            "PYTHONPATH": str(ROOT),
+            **env,
+        },
+        cwd=ROOT,
+    )
+
+
+async def session_calls(
+    run: AgentRun,
+    calls: list[tuple[str, dict[str, Any]]],
+    *,
+    kill_after: str | None = None,
+    **env: str,
+) -> list[Any]:
+    """Connect through a fresh proxy, list the tools, make `calls`; SIGKILL the proxy after
+    `kill_after` answered (the outcome is journalled before the proxy answers)."""
+    results: list[Any] = []
+    try:
+        async with (
+            stdio_client(proxy_params(run, **env)) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            await session.list_tools()
+            for name, arguments in calls:
+                results.append(await asyncio.wait_for(session.call_tool(name, arguments), 30))
+                if name == kill_after:
+                    os.kill(int((run.work / "proxy.pid").read_text()), signal.SIGKILL)
+                    break
+    except Exception as exc:  # the proxy died under the client
+        results.append(exc)
+    return results
+
+
+def upstream_calls(run: AgentRun) -> list[str]:
+    path = run.work / "upstream_calls.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+CALLS = [("lookup", {"ticket": "T-1"}), ("append", {"line": "refund T-1"})]
+
+
+def test_every_tools_call_is_a_step_named_after_the_upstream(desk: Desk) -> None:
+    run = desk.new_run("mcp-desk")
+    results = asyncio.run(session_calls(run, CALLS))
+    assert [r.content[0].text for r in results] == ["T-1: open", "appended refund T-1"]
+    row = run.row
+    assert row.status == "completed"
+    steps = list(row.steps.order_by("index").values_list("name", "effect", "enforced_by", "state"))
+    assert steps == [
+        ("files/lookup", "read", None, "done"),
+        ("files/append", "write", "nobody", "done"),
+    ]
+
+
+def test_proxy_killed_after_a_write_replays_it_without_reaching_the_upstream(desk: Desk) -> None:
+    run = desk.new_run("mcp-desk")
+    asyncio.run(session_calls(run, CALLS, kill_after="append"))
+    assert run.effects == ["refund T-1"]
+    assert run.row.step_count == 2
+
+    results = asyncio.run(session_calls(run, [*CALLS, ("lookup", {"ticket": "T-2"})]))
+    assert [r.content[0].text for r in results] == [
+        "T-1: open",
+        "appended refund T-1",
+        "T-2: open",
+    ]
+    assert run.effects == ["refund T-1"]  # exactly one effect
+    assert upstream_calls(run) == ["lookup", "append", "lookup"]  # replays never reached it
+    row = run.row
+    assert row.status == "completed" and row.step_count == 3
+    assert not row.steps.filter(executions__gt=1).exists()
+
+
+def test_kill_inside_a_write_goes_to_review_and_sent_resumes_it(desk: Desk) -> None:
+    run = desk.new_run("mcp-desk")
+    asyncio.run(session_calls(run, CALLS, UPSTREAM_KILL_PROXY_INSIDE="append"))
+    assert run.effects == ["refund T-1"]
+    assert run.step("files/append").state == "intent"
+
+    held = asyncio.run(session_calls(run, CALLS))
+    assert all(r.is_error and "needs_review" in r.content[0].text for r in held)
+    assert run.row.status == "needs_review"
+    step = run.step("files/append")
+    assert step.state == "unknown"
+
+    step_resolve(run_id=run.row.pk, index=step.index, action="sent", note="in the file", by="sup")
+    results = asyncio.run(session_calls(run, CALLS))
+    assert not any(r.is_error for r in results)
+    assert run.effects == ["refund T-1"]  # "sent" was not a second effect
+    assert upstream_calls(run) == ["lookup", "append"]
+    assert run.row.status == "completed"
+
+
+def test_an_upstream_that_dies_mid_call_leaves_the_step_intent(desk: Desk) -> None:
+    run = desk.new_run("mcp-desk")
+    results = asyncio.run(session_calls(run, CALLS, UPSTREAM_DIE_INSIDE="append"))
+    assert results[1].is_error and "upstream_lost" in results[1].content[0].text
+    step = run.step("files/append")
+    assert step.state == "intent"  # recovery decides, not the proxy
+    assert run.row.status == "running"
