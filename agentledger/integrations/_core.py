@@ -7,10 +7,11 @@ a value into the JSON the journal will hand back on replay, or refuses it with a
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -45,6 +46,24 @@ def _keyed(key: str | None) -> Iterator[None]:
         yield
     finally:
         _step_key.reset(token)
+
+
+async def journal_from_async[T](fn: Callable[[Callable[[Awaitable[Any]], Any]], T]) -> T:
+    """Run the blocking journal call `fn(await_on_loop)` in a worker thread, from async code.
+
+    The SDK is synchronous (its heartbeat is a thread); async frameworks must not block their
+    event loop on it. Inside `fn`, `await_on_loop(awaitable)` runs the framework's own coroutine
+    (the model request, the tool) back on the calling loop and returns its result.
+    """
+    loop = asyncio.get_running_loop()
+
+    async def awaited(awaitable: Awaitable[Any]) -> Any:
+        return await awaitable
+
+    def await_on_loop(awaitable: Awaitable[Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(awaited(awaitable), loop).result()
+
+    return await asyncio.to_thread(fn, await_on_loop)
 
 
 def to_json(value: Any, fallback: Callable[[Any], Any] | None = None) -> Any:

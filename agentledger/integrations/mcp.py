@@ -40,7 +40,13 @@ from mcp.shared.exceptions import MCPError
 from agentledger._ledger import Ledger
 from agentledger._run import Run
 from agentledger.errors import LedgerUnavailable, StepFailed, StopRun
-from agentledger.integrations._core import JournalError, _step_key, journal_tool, journalable
+from agentledger.integrations._core import (
+    JournalError,
+    _step_key,
+    journal_from_async,
+    journal_tool,
+    journalable,
+)
 
 KEY_META = "agentledger/idempotency_key"
 
@@ -53,18 +59,6 @@ def _text(message: str, *, error: bool = True) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=message)], is_error=error
     )
-
-
-async def _blocking_with_loop(fn: Callable[[Callable[[Awaitable[Any]], Any]], Any]) -> Any:
-    loop = asyncio.get_running_loop()
-
-    async def awaited(awaitable: Awaitable[Any]) -> Any:
-        return await awaitable
-
-    def await_on_loop(awaitable: Awaitable[Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(awaited(awaitable), loop).result()
-
-    return await asyncio.to_thread(fn, await_on_loop)
 
 
 class Gateway:
@@ -148,7 +142,7 @@ class Gateway:
 
         self.calls += 1
         try:
-            recorded = await _blocking_with_loop(journal)
+            recorded = await journal_from_async(journal)
         except MCPError as error:
             return _text(f"upstream error: {error}")
         except StepFailed as failed:

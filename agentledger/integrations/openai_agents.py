@@ -48,7 +48,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from pydantic import TypeAdapter
 
 from agentledger._run import EnforcedBy, Run
-from agentledger.integrations._core import digest, journal_tool, journalable
+from agentledger.integrations._core import digest, journal_from_async, journal_tool, journalable
 
 _OUTPUT = TypeAdapter(list[TResponseOutputItem])
 
@@ -56,19 +56,6 @@ _OUTPUT = TypeAdapter(list[TResponseOutputItem])
 def _json_fallback(value: Any) -> Any:
     dump = getattr(value, "model_dump", None)
     return dump(mode="json") if callable(dump) else str(value)
-
-
-async def _blocking_with_loop(fn: Callable[[Callable[[Awaitable[Any]], Any]], Any]) -> Any:
-    """Run blocking `fn(await_on_loop)` in a thread; `await_on_loop(aw)` awaits on our loop."""
-    loop = asyncio.get_running_loop()
-
-    async def awaited(awaitable: Awaitable[Any]) -> Any:
-        return await awaitable
-
-    def await_on_loop(awaitable: Awaitable[Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(awaited(awaitable), loop).result()
-
-    return await asyncio.to_thread(fn, await_on_loop)
 
 
 class _Order:
@@ -157,7 +144,7 @@ class LedgerModel(Model):
 
             return self.run.model(call, name=f"model:{self.name}", **arguments)
 
-        recorded = await _blocking_with_loop(journal)
+        recorded = await journal_from_async(journal)
         usage = recorded["usage"]
         response = ModelResponse(
             output=_OUTPUT.validate_python(recorded["output"]),
@@ -212,7 +199,7 @@ def journal_function_tool(
                     result_to_json=_json_fallback,
                 )
 
-            return await _blocking_with_loop(journal)
+            return await journal_from_async(journal)
         finally:
             await model._order.done(call_id)
 

@@ -19,7 +19,6 @@ coroutine runs on the agent's own event loop.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -31,7 +30,13 @@ from pydantic_core import to_jsonable_python
 
 from agentledger._run import Run
 from agentledger.errors import StepFailed
-from agentledger.integrations._core import digest, journal_tool, journalable, tool_effect
+from agentledger.integrations._core import (
+    digest,
+    journal_from_async,
+    journal_tool,
+    journalable,
+    tool_effect,
+)
 
 
 def _fallback(value: Any) -> Any:
@@ -51,20 +56,6 @@ def _conversation(messages: list[ModelMessage]) -> list[Any]:
                 [kind, getattr(part, "tool_name", None), to_jsonable_python(body, fallback=str)]
             )
     return view
-
-
-async def _in_thread_with_loop[T](fn: Callable[[Callable[[Awaitable[Any]], Any]], T]) -> T:
-    """Run blocking `fn(await_on_loop)` in a thread; `await_on_loop(coro)` runs coro on our loop."""
-    loop = asyncio.get_running_loop()
-
-    def await_on_loop(coro: Awaitable[Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(_as_coroutine(coro), loop).result()
-
-    return await asyncio.to_thread(fn, await_on_loop)
-
-
-async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
 
 
 @dataclasses.dataclass
@@ -106,7 +97,7 @@ class LedgerDurability(AbstractCapability[Any]):
 
             return self.run.model(call, name=f"model:{arguments['model']}", **arguments)
 
-        recorded = await _in_thread_with_loop(journal)
+        recorded = await journal_from_async(journal)
         response = ModelMessagesTypeAdapter.validate_python([recorded["response"]])[0]
         assert isinstance(response, ModelResponse)
         return response
@@ -135,7 +126,7 @@ class LedgerDurability(AbstractCapability[Any]):
             )
 
         try:
-            return await _in_thread_with_loop(journal)
+            return await journal_from_async(journal)
         except StepFailed as failed:
             # a recorded ModelRetry replays as one: the model is asked again, as the first time
             recorded = failed.result if isinstance(failed.result, dict) else {}
