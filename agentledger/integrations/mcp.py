@@ -17,7 +17,8 @@ restarted proxy attaches to the same run), completed when the client disconnects
   without their output schema (a step resolved by a supervisor has only a text answer);
 - an upstream that dies mid-call leaves the step `intent` (recovery decides) and the proxy
   answers that call, and every later one, with an error;
-- a run that needs review (or is finished) answers every `tools/call` with an error saying so.
+- a run that needs review (or is finished, or a ledger that cannot be reached) answers every
+  `tools/call` with an error saying so; a line that is not JSON-RPC gets a parse error (-32700).
 """
 
 from __future__ import annotations
@@ -30,16 +31,18 @@ import shlex
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 
 from agentledger._ledger import Ledger
 from agentledger._run import Run
-from agentledger.errors import LedgerUnavailable, StepFailed, StopRun
+from agentledger.errors import LedgerError, LedgerUnavailable, StepFailed, StopRun
 from agentledger.integrations._core import (
     JournalError,
     _step_key,
@@ -159,6 +162,17 @@ class Gateway:
         return _text(json.dumps(recorded, ensure_ascii=False), error=False)
 
 
+def _parse_error(error: Exception) -> SessionMessage:
+    """The answer to a line that is not a JSON-RPC message: -32700 (not JSON) or -32600."""
+    code = types.PARSE_ERROR if "json_invalid" in str(error) else types.INVALID_REQUEST
+    message = f"malformed MCP message: {error}"[:500]
+    return SessionMessage(
+        types.JSONRPCError(
+            jsonrpc="2.0", id=None, error=types.ErrorData(code=code, message=message)
+        )
+    )
+
+
 async def proxy_stdio(
     upstream: list[str],
     *,
@@ -185,15 +199,28 @@ async def proxy_stdio(
         try:
             await asyncio.to_thread(context.run, run.__enter__)
             gateway.run = run
-        except StopRun as stop:
-            gateway.stopped = f"{stop.code}: {stop.message}"
+        except LedgerError as refused:  # in review, finished, unreachable: serve, refuse calls
+            gateway.stopped = f"{refused.code}: {refused.message}"
         server: Server[Any] = Server(
             f"agentledger:{server_name}",
             on_list_tools=gateway.list_tools,
             on_call_tool=gateway.call_tool,
         )
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+        async with stdio_server() as (raw_read, write_stream):
+            # a line that is not a JSON-RPC message gets a parse error (id null), not silence
+            send, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+            async def answer_malformed() -> None:
+                async with send:
+                    async for item in raw_read:
+                        if isinstance(item, Exception):
+                            await write_stream.send(_parse_error(item))
+                        else:
+                            await send.send(item)
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(answer_malformed)
+                await server.run(read_stream, write_stream, server.create_initialization_options())
         if gateway.run is not None:
             if gateway.stopped is None:
                 run.output = {"tool_calls": gateway.calls}

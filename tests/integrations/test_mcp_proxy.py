@@ -1,8 +1,10 @@
 """`agentledger mcp proxy` in front of a real stdio MCP server: journalled, replayed, reviewed."""
 
 import asyncio
+import json
 import os
 import signal
+import subprocess
 import sys
 from typing import Any
 
@@ -141,3 +143,51 @@ def test_an_upstream_that_dies_mid_call_leaves_the_step_intent(desk: Desk) -> No
     step = run.step("files/append")
     assert step.state == "intent"  # recovery decides, not the proxy
     assert run.row.status == "running"
+
+
+def test_malformed_messages_get_an_error_response_and_the_proxy_keeps_serving(
+    desk: Desk,
+) -> None:
+    run = desk.new_run("mcp-desk")
+    params = proxy_params(run)
+    proc = subprocess.Popen(
+        [params.command, *params.args],
+        cwd=ROOT,
+        env={**os.environ, **(params.env or {})},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def exchange(line: str) -> dict[str, Any]:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+        return dict(json.loads(proc.stdout.readline()))
+
+    hello = {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    }
+    assert "result" in exchange(
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
+    )
+    proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+    assert exchange("{not json")["error"]["code"] == -32700
+    assert exchange("[1, 2")["error"]["code"] == -32700
+    assert exchange('{"foo": 1}')["error"]["code"] == -32600
+    bad_params = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"nome": "x"}}
+    assert exchange(json.dumps(bad_params))["error"]["code"] == -32602
+    call = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "lookup", "arguments": {"ticket": "T-9"}},
+    }
+    answer = exchange(json.dumps(call))
+    assert answer["result"]["content"][0]["text"] == "T-9: open"
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 0
+    assert run.row.status == "completed" and run.row.step_count == 1

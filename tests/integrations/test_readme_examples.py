@@ -94,3 +94,27 @@ def test_langgraph_example(ledger_server: str, worker_token: str, transactional_
         ("tool", "refund", "write", "nobody"),
         ("model", "model:ScriptedChatModel", "read", None),
     ]
+
+
+def test_mcp_proxy_example(
+    ledger_server: str,
+    worker_token: str,
+    transactional_db: Any,
+    tmp_path: Path,
+) -> None:
+    code = readme_example("### MCP gateway").replace("http://ledger:8000", ledger_server)
+    assert len(code.strip().splitlines()) <= 24
+    # the console script and the example's upstream server, as this checkout provides them
+    upstream = ROOT / "tests" / "integrations" / "mcp_upstream.py"
+    code = code.replace("python files_server.py", f"{sys.executable} {upstream}")
+    code = code.replace(
+        'command="agentledger",\n    args=["mcp",',
+        f'command={sys.executable!r}, cwd={str(ROOT)!r},\n    args=["-m", "agentledger", "mcp",',
+    )
+    code = code.replace('env={"LEDGER_URL"', f'env={{"WORK_DIR": {str(tmp_path)!r}, "LEDGER_URL"')
+    exec(compile(code, "README.md", "exec"), {"token": worker_token})  # noqa: S102
+    run = Run.objects.get(agent="desk", external_id="ticket-42")
+    assert run.status == "completed"
+    steps = list(run.steps.order_by("index").values_list("name", "effect", "enforced_by"))
+    assert steps == [("files/lookup", "read", None), ("files/append", "write", "nobody")]
+    assert (tmp_path / "effects.txt").read_text() == "refund T-1\n"
