@@ -19,6 +19,7 @@ import os
 import sys
 
 os.environ.setdefault("BENCH_DB", "bench_integrations")
+os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 import argparse
 import asyncio
@@ -85,7 +86,9 @@ def openai_agents_case(tools: int) -> Case:
     from agents import Agent, Model, ModelResponse, Runner, Usage, function_tool  # type: ignore[attr-defined]
 
     class Scripted(Model):  # type: ignore[misc]
-        async def get_response(self, system: Any, input: Any, *a: Any, **k: Any) -> Any:
+        async def get_response(
+            self, system_instructions: Any, input: Any, *a: Any, **k: Any
+        ) -> Any:
             done = sum(
                 1 for i in input if isinstance(i, dict) and i.get("type") == "function_call_output"
             )
@@ -114,8 +117,8 @@ def openai_agents_case(tools: int) -> Case:
 
     agent = Agent(name="bench", model=Scripted(), tools=[noop])
     return (
-        lambda: Runner.run_sync(agent, "go"),
-        lambda run: Runner.run_sync(journalled(agent, run), "go"),
+        lambda: Runner.run_sync(agent, "go", max_turns=tools + 5),
+        lambda run: Runner.run_sync(journalled(agent, run), "go", max_turns=tools + 5),
     )
 
 
