@@ -29,7 +29,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     proxy.add_argument("--ledger-url", default=None, help="default: LEDGER_URL")
     proxy.add_argument("--ledger-token", default=None, help="default: LEDGER_TOKEN")
+    serve = mcp.add_parser(
+        "serve",
+        help="the ledger's registered tools as an MCP server (stdio)",
+        description="Each tools/call is a step of the run the client names in "
+        '_meta["agentledger/run"] (and "agentledger/agent"), or of --run; writes run on the '
+        "ledger's gateway under the step's key.",
+    )
+    serve.add_argument("--agent", default="mcp", help="the runs' agent name (default: mcp)")
+    serve.add_argument("--run", default=None, help="the session's run (external id)")
+    serve.add_argument("--worker", default=None, help="a stable worker name (AGENTLEDGER_WORKER)")
+    serve.add_argument("--ledger-url", default=None, help="default: LEDGER_URL")
+    serve.add_argument("--ledger-token", default=None, help="default: LEDGER_TOKEN")
     args = parser.parse_args(argv)
+    if args.command == "mcp" and args.mcp_command == "serve":
+        from agentledger.integrations.mcp import serve_main
+
+        return serve_main(args)
     if args.command == "mcp" and args.mcp_command == "proxy":
         from agentledger.integrations.mcp import proxy_main
 

@@ -206,21 +206,7 @@ async def proxy_stdio(
             on_list_tools=gateway.list_tools,
             on_call_tool=gateway.call_tool,
         )
-        async with stdio_server() as (raw_read, write_stream):
-            # a line that is not a JSON-RPC message gets a parse error (id null), not silence
-            send, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-
-            async def answer_malformed() -> None:
-                async with send:
-                    async for item in raw_read:
-                        if isinstance(item, Exception):
-                            await write_stream.send(_parse_error(item))
-                        else:
-                            await send.send(item)
-
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(answer_malformed)
-                await server.run(read_stream, write_stream, server.create_initialization_options())
+        await _serve_on_stdio(server)
         if gateway.run is not None:
             if gateway.stopped is None:
                 run.output = {"tool_calls": gateway.calls}
@@ -229,6 +215,185 @@ async def proxy_stdio(
                 lost = UpstreamLost(gateway.stopped, code="stopped")
                 await asyncio.to_thread(context.run, run.__exit__, UpstreamLost, lost, None)
         return 0 if gateway.stopped is None else 1
+
+
+_JSON_TYPES: dict[str, dict[str, Any]] = {
+    "email": {"type": "string", "format": "email"},
+    "string": {"type": "string"},
+    "integer": {"type": "integer"},
+    "number": {"type": "number"},
+    "decimal": {"type": "string", "pattern": "^-?[0-9]+(\\.[0-9]+)?$"},
+    "boolean": {"type": "boolean"},
+    "list": {"type": "array"},
+    "object": {"type": "object"},
+}
+
+
+def _input_schema(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A ledger tool's argument description (GET /api/v1/tools/) as a JSON Schema."""
+    properties: dict[str, Any] = {}
+    for name, field in arguments.items():
+        schema: dict[str, Any] = dict(_JSON_TYPES.get(field.get("type", "any"), {}))
+        if field.get("type") == "choice":
+            schema["enum"] = list(field.get("choices", []))
+        for limit, keyword in (
+            ("max_length", "maxLength"),
+            ("min_value", "minimum"),
+            ("max_value", "maximum"),
+        ):
+            if field.get(limit) is not None:
+                schema[keyword] = field[limit]
+        if "default" in field:
+            schema["default"] = field["default"]
+        if field.get("help"):
+            schema["description"] = field["help"]
+        properties[name] = schema
+    required = [name for name, field in arguments.items() if field.get("required")]
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+RUN_META, AGENT_META = "agentledger/run", "agentledger/agent"
+
+
+class LedgerToolServer:
+    """`agentledger mcp serve`: the ledger's registered tools as an MCP server.
+
+    Each `tools/call` is a step of the run the client names in `_meta["agentledger/run"]` (and
+    `_meta["agentledger/agent"]`), or of the session's run (`--run`, `--agent`); writes run on
+    the ledger's gateway under the step's idempotency key (`enforced_by: ledger`), reads without
+    one. The runs a session touched are completed when the client disconnects.
+    """
+
+    def __init__(self, ledger: Ledger, *, agent: str, run: str | None, worker: str | None) -> None:
+        self.ledger = ledger
+        self.agent = agent
+        self.default_run = run
+        self.worker = worker
+        self.tools: dict[str, dict[str, Any]] = {}
+        self.runs: dict[tuple[str, str], tuple[Run, contextvars.Context]] = {}
+        self.refused: dict[tuple[str, str], str] = {}
+
+    async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        body = await asyncio.to_thread(
+            lambda: self.ledger._transport.request("GET", "/api/v1/tools/").body
+        )
+        self.tools = {tool["name"]: tool for tool in body["tools"]}
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=tool["name"],
+                    description=tool.get("description") or None,
+                    input_schema=_input_schema(tool.get("arguments") or {}),
+                    annotations=types.ToolAnnotations(read_only_hint=tool["effect"] == "read"),
+                )
+                for tool in body["tools"]
+            ]
+        )
+
+    async def _run(self, agent: str, external_id: str) -> Run | str:
+        key = (agent, external_id)
+        if key in self.refused:
+            return self.refused[key]
+        if key not in self.runs:
+            run = self.ledger.run(
+                agent, {"mcp": "serve"}, external_id=external_id, worker=self.worker
+            )
+            context = contextvars.copy_context()
+            try:
+                await asyncio.to_thread(context.run, run.__enter__)
+            except LedgerError as refused:
+                self.refused[key] = f"{refused.code}: {refused.message}"
+                return self.refused[key]
+            self.runs[key] = (run, context)
+        return self.runs[key][0]
+
+    async def call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        meta: dict[str, Any] = dict(params.meta or {})
+        external_id = meta.get(RUN_META) or self.default_run
+        agent = str(meta.get(AGENT_META) or self.agent)
+        if not external_id:
+            return _text(f"name a run: _meta[{RUN_META!r}] or agentledger mcp serve --run")
+        if params.name not in self.tools:
+            await self.list_tools(ctx, None)
+        tool = self.tools.get(params.name)
+        if tool is None:
+            return _text(f"tool_not_found: {params.name}")
+        try:
+            arguments = journalable(dict(params.arguments or {}), what="arguments")
+        except JournalError as refused:
+            return _text(f"validation_error: {refused.message}")
+        run = await self._run(agent, str(external_id))
+        if isinstance(run, str):
+            return _text(run)
+        try:
+            if tool["effect"] == "read":
+                result = await asyncio.to_thread(run.tool, params.name, arguments, effect="read")
+            else:  # on the gateway, under the step's key
+                result = await asyncio.to_thread(run.tool, params.name, arguments)
+        except StepFailed as failed:
+            return _text(json.dumps(failed.result, ensure_ascii=False))
+        except LedgerError as stopped:
+            return _text(f"{stopped.code}: {stopped.message}")
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
+            structured_content=result if isinstance(result, dict) else None,
+        )
+
+    async def close(self) -> None:
+        for run, context in self.runs.values():
+            if run._stopped is None:
+                run.output = {"mcp": "session ended"}
+                try:
+                    await asyncio.to_thread(context.run, run.__exit__, None, None, None)
+                except LedgerError as refused:
+                    self.refused[(run.agent or "", run.external_id or "")] = str(refused)
+
+
+async def serve_stdio(
+    *, ledger: Ledger, agent: str, run: str | None, worker: str | None = None
+) -> int:
+    """Serve the ledger's tools over MCP on stdin/stdout until the client disconnects."""
+    tools = LedgerToolServer(ledger, agent=agent, run=run, worker=worker)
+    server: Server[Any] = Server(
+        "agentledger", on_list_tools=tools.list_tools, on_call_tool=tools.call_tool
+    )
+    try:
+        await _serve_on_stdio(server)
+    finally:
+        await tools.close()
+    return 0
+
+
+async def _serve_on_stdio(server: Server[Any]) -> None:
+    async with stdio_server() as (raw_read, write_stream):
+        # a line that is not a JSON-RPC message gets a parse error (id null), not silence
+        send, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+        async def answer_malformed() -> None:
+            async with send:
+                async for item in raw_read:
+                    if isinstance(item, Exception):
+                        await write_stream.send(_parse_error(item))
+                    else:
+                        await send.send(item)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(answer_malformed)
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def serve_main(args: Any) -> int:
+    with Ledger(args.ledger_url, args.ledger_token) as ledger:
+        return asyncio.run(
+            serve_stdio(ledger=ledger, agent=args.agent, run=args.run, worker=args.worker)
+        )
 
 
 def proxy_main(args: Any) -> int:
@@ -250,4 +415,12 @@ def proxy_main(args: Any) -> int:
         )
 
 
-__all__ = ["Gateway", "UpstreamLost", "proxy_main", "proxy_stdio"]
+__all__ = [
+    "Gateway",
+    "LedgerToolServer",
+    "UpstreamLost",
+    "proxy_main",
+    "proxy_stdio",
+    "serve_main",
+    "serve_stdio",
+]

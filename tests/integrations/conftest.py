@@ -122,3 +122,61 @@ def policy_for(agent: str, **limits: Any) -> BudgetPolicy:
         agent=agent, defaults={"name": f"{agent}-policy", **values}
     )
     return policy
+
+
+class McpLines:
+    """An MCP server process spoken to line by line (JSON-RPC over stdio), so a test holds its
+    pid (to SIGKILL it) and can send what no SDK client would (malformed lines)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.next_id = 0
+        hello = {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        }
+        assert "result" in self.request("initialize", hello)
+        self.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        return dict(json.loads(self.proc.stdout.readline()))
+
+    def exchange(self, line: str) -> dict[str, Any]:
+        self.send(line)
+        return self.answer()
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.next_id += 1
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        return self.exchange(json.dumps(message))
+
+    def call(self, name: str, arguments: dict[str, Any], **meta: Any) -> dict[str, Any]:
+        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        if meta:
+            params["_meta"] = meta
+        return self.request("tools/call", params)
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        return self.proc.wait(timeout=30)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)

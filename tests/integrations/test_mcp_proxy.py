@@ -1,10 +1,8 @@
 """`agentledger mcp proxy` in front of a real stdio MCP server: journalled, replayed, reviewed."""
 
 import asyncio
-import json
 import os
 import signal
-import subprocess
 import sys
 from typing import Any
 
@@ -14,7 +12,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from runs.services import step_resolve
 from tests.conftest import ROOT
-from tests.integrations.conftest import AgentRun, Desk
+from tests.integrations.conftest import AgentRun, Desk, McpLines
 
 pytestmark = pytest.mark.slow
 
@@ -150,44 +148,12 @@ def test_malformed_messages_get_an_error_response_and_the_proxy_keeps_serving(
 ) -> None:
     run = desk.new_run("mcp-desk")
     params = proxy_params(run)
-    proc = subprocess.Popen(
-        [params.command, *params.args],
-        cwd=ROOT,
-        env={**os.environ, **(params.env or {})},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def exchange(line: str) -> dict[str, Any]:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(line + "\n")
-        proc.stdin.flush()
-        return dict(json.loads(proc.stdout.readline()))
-
-    hello = {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    }
-    assert "result" in exchange(
-        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
-    )
-    proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
-    assert exchange("{not json")["error"]["code"] == -32700
-    assert exchange("[1, 2")["error"]["code"] == -32700
-    assert exchange('{"foo": 1}')["error"]["code"] == -32600
-    bad_params = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"nome": "x"}}
-    assert exchange(json.dumps(bad_params))["error"]["code"] == -32602
-    call = {
-        "jsonrpc": "2.0",
-        "id": 3,
-        "method": "tools/call",
-        "params": {"name": "lookup", "arguments": {"ticket": "T-9"}},
-    }
-    answer = exchange(json.dumps(call))
+    proxy = McpLines([params.command, *params.args], params.env or {})
+    assert proxy.exchange("{not json")["error"]["code"] == -32700
+    assert proxy.exchange("[1, 2")["error"]["code"] == -32700
+    assert proxy.exchange('{"foo": 1}')["error"]["code"] == -32600
+    assert proxy.request("tools/call", {"nome": "x"})["error"]["code"] == -32602
+    answer = proxy.call("lookup", {"ticket": "T-9"})
     assert answer["result"]["content"][0]["text"] == "T-9: open"
-    proc.stdin.close()
-    assert proc.wait(timeout=30) == 0
+    assert proxy.close() == 0
     assert run.row.status == "completed" and run.row.step_count == 1
