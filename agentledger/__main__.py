@@ -14,11 +14,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     proxy = mcp.add_parser(
         "proxy",
-        help="journal every tools/call of an upstream MCP server (stdio)",
+        help="journal every tools/call of an upstream MCP server (stdio or streamable HTTP)",
         description="Speak MCP on stdin/stdout; start the upstream server; journal each "
         "tools/call as a step of one ledger run (LEDGER_URL / LEDGER_TOKEN).",
     )
-    proxy.add_argument("--upstream", required=True, help='the upstream server, e.g. "npx srv"')
+    proxy.add_argument(
+        "--upstream", required=True, help='the upstream: a command ("npx srv") or an http(s) URL'
+    )
     proxy.add_argument("--agent", default="mcp", help="the run's agent name (default: mcp)")
     proxy.add_argument("--run", required=True, help="the run's external id (attach on restart)")
     proxy.add_argument("--worker", default=None, help="a stable worker name (AGENTLEDGER_WORKER)")

@@ -1,9 +1,10 @@
 """An MCP gateway: the ledger in front of any MCP server, every `tools/call` a journalled step.
 
     agentledger mcp proxy --upstream "python files_server.py" --agent desk --run ticket-42
+    agentledger mcp proxy --upstream http://files.internal:8000/mcp --agent desk --run ticket-42
 
-The proxy speaks MCP on its own stdin/stdout to the client and starts the upstream server as a
-child (stdio). One proxy session is one ledger run (`--agent`, `--run` as its external id, so a
+The proxy speaks MCP on its own stdin/stdout to the client, and to the upstream either over
+stdio (a command line: started as its child) or streamable HTTP (a URL). One proxy session is one ledger run (`--agent`, `--run` as its external id, so a
 restarted proxy attaches to the same run), completed when the client disconnects. Each
 `tools/call` is a step named `<upstream server>/<tool>`:
 
@@ -28,13 +29,15 @@ import contextvars
 import json
 import os
 import shlex
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
@@ -173,8 +176,24 @@ def _parse_error(error: Exception) -> SessionMessage:
     )
 
 
+@asynccontextmanager
+async def _connect(upstream: str) -> AsyncIterator[Any]:
+    """The upstream's stream pair: a streamable HTTP URL, or a command started over stdio."""
+    if upstream.startswith(("http://", "https://")):
+        async with streamable_http_client(upstream) as streams:
+            yield streams
+        return
+    argv = shlex.split(upstream)
+    if not argv:
+        raise ValueError("--upstream needs a command or a URL")
+    env = {k: v for k, v in os.environ.items() if k != "LEDGER_TOKEN"}
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
+    async with stdio_client(params) as streams:
+        yield streams
+
+
 async def proxy_stdio(
-    upstream: list[str],
+    upstream: str,
     *,
     ledger: Ledger,
     agent: str,
@@ -184,10 +203,9 @@ async def proxy_stdio(
     write: Iterable[str] = (),
     keyed: Iterable[str] = (),
 ) -> int:
-    """Serve MCP on stdin/stdout in front of `upstream` (argv) until the client disconnects."""
-    env = {k: v for k, v in os.environ.items() if k != "LEDGER_TOKEN"}
-    params = StdioServerParameters(command=upstream[0], args=upstream[1:], env=env)
-    async with stdio_client(params) as (up_read, up_write), ClientSession(up_read, up_write) as up:
+    """Serve MCP on stdin/stdout in front of `upstream` (a command line or a streamable HTTP URL)
+    until the client disconnects."""
+    async with _connect(upstream) as (up_read, up_write), ClientSession(up_read, up_write) as up:
         initialized = await up.initialize()
         server_name = initialized.server_info.name or "upstream"
         gateway = Gateway(up, server_name=server_name, read=read, write=write, keyed=keyed)
@@ -397,9 +415,9 @@ def serve_main(args: Any) -> int:
 
 
 def proxy_main(args: Any) -> int:
-    upstream = shlex.split(args.upstream)
+    upstream = args.upstream.strip()
     if not upstream:
-        raise SystemExit("--upstream needs a command")
+        raise SystemExit("--upstream needs a command or a URL")
     with Ledger(args.ledger_url, args.ledger_token) as ledger:
         return asyncio.run(
             proxy_stdio(

@@ -1,7 +1,8 @@
 """A small upstream MCP server (stdio) for the proxy tests, written with the `mcp` package.
 
 `lookup` is annotated read-only; `append` writes a line to WORK_DIR/effects.txt. Every call is
-counted in WORK_DIR/upstream_calls.txt. It records its parent's pid (the proxy) in proxy.pid.
+counted in WORK_DIR/upstream_calls.txt. Over stdio it records its parent's pid (the proxy) in proxy.pid; with UPSTREAM_HTTP_PORT it
+serves streamable HTTP instead.
 UPSTREAM_KILL_PROXY_INSIDE=append SIGKILLs the proxy right after the effect (before the proxy
 can journal the outcome); UPSTREAM_DIE_INSIDE=append makes this server exit there instead.
 """
@@ -43,5 +44,8 @@ def append(line: str) -> str:
 
 
 if __name__ == "__main__":
-    (WORK / "proxy.pid").write_text(str(os.getppid()))
-    server.run()
+    if os.environ.get("UPSTREAM_HTTP_PORT"):  # streamable HTTP at http://127.0.0.1:PORT/mcp
+        server.run("streamable-http", host="127.0.0.1", port=int(os.environ["UPSTREAM_HTTP_PORT"]))
+    else:
+        (WORK / "proxy.pid").write_text(str(os.getppid()))
+        server.run()

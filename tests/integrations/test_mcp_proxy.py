@@ -3,6 +3,7 @@
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 from typing import Any
 
@@ -11,7 +12,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from runs.services import step_resolve
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port, stop_process, wait_for_http
 from tests.integrations.conftest import AgentRun, Desk, McpLines
 
 pytestmark = pytest.mark.slow
@@ -19,7 +20,9 @@ pytestmark = pytest.mark.slow
 UPSTREAM = ROOT / "tests" / "integrations" / "mcp_upstream.py"
 
 
-def proxy_params(run: AgentRun, **env: str) -> StdioServerParameters:
+def proxy_params(
+    run: AgentRun, *, upstream: str = f"{sys.executable} {UPSTREAM}", **env: str
+) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=[
@@ -28,7 +31,7 @@ def proxy_params(run: AgentRun, **env: str) -> StdioServerParameters:
             "mcp",
             "proxy",
             "--upstream",
-            f"{sys.executable} {UPSTREAM}",
+            upstream,
             "--agent",
             run.agent,
             "--run",
@@ -157,3 +160,36 @@ def test_malformed_messages_get_an_error_response_and_the_proxy_keeps_serving(
     assert answer["result"]["content"][0]["text"] == "T-9: open"
     assert proxy.close() == 0
     assert run.row.status == "completed" and run.row.step_count == 1
+
+
+def test_a_streamable_http_upstream_is_journalled_and_replayed(desk: Desk) -> None:
+    run = desk.new_run("mcp-desk")
+    port = free_port()
+    upstream = subprocess.Popen(
+        [sys.executable, str(UPSTREAM)],
+        env={**os.environ, "WORK_DIR": str(run.work), "UPSTREAM_HTTP_PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/mcp", proc=upstream)
+        params = proxy_params(run, upstream=f"http://127.0.0.1:{port}/mcp")
+        first = McpLines([params.command, *params.args], params.env or {})
+        assert (
+            first.call("lookup", {"ticket": "T-1"})["result"]["content"][0]["text"] == "T-1: open"
+        )
+        assert not first.call("append", {"line": "refund T-1"})["result"].get("isError")
+        first.kill()  # after the write answered: its outcome is journalled
+
+        again = McpLines([params.command, *params.args], params.env or {})
+        assert not again.call("lookup", {"ticket": "T-1"})["result"].get("isError")
+        answer = again.call("append", {"line": "refund T-1"})["result"]
+        assert answer["content"][0]["text"] == "appended refund T-1"
+        assert again.close() == 0
+    finally:
+        stop_process(upstream)
+    assert run.effects == ["refund T-1"]
+    assert upstream_calls(run) == ["lookup", "append"]  # the replays never reached it
+    row = run.row
+    assert row.status == "completed"
+    assert list(row.steps.values_list("name", flat=True)) == ["files/lookup", "files/append"]
