@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, ToolMessage, messages_from_dict
@@ -36,7 +36,13 @@ from langchain_core.messages.base import message_to_dict
 from langgraph.prebuilt import ToolNode
 
 from agentledger._run import Run, current_run
-from agentledger.integrations._core import digest, journal_tool, journalable, tool_effect
+from agentledger.integrations._core import (
+    digest,
+    journal_from_async,
+    journal_tool,
+    journalable,
+    tool_effect,
+)
 
 
 class _Order:
@@ -82,23 +88,23 @@ def _content(message: Any) -> Any:
 
 
 class JournalledModel:
-    """`invoke(messages)` on any model runnable, each call a `model` step of the current run."""
+    """`invoke` / `ainvoke` on any model runnable, each call a `model` step of the current run."""
 
     def __init__(self, model: Any, *, name: str | None = None) -> None:
         self.model = model
         self.name = name or _model_name(model)
 
-    def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> BaseMessage:
-        run = current_run()
+    def _arguments(self, input: Any) -> dict[str, Any]:
         messages = list(input) if isinstance(input, list | tuple) else [input]
-        arguments = {
+        return {
             "model": self.name,
             "messages": len(messages),
             "conversation": digest([_content(m) for m in messages]),
         }
 
+    def _journal(self, run: Run, input: Any, ask: Callable[[], BaseMessage]) -> BaseMessage:
         def call(**_: Any) -> dict[str, Any]:
-            message = self.model.invoke(input, config, **kwargs)
+            message = ask()
             usage = getattr(message, "usage_metadata", None) or {}
             return {
                 "message": message_to_dict(message),
@@ -108,10 +114,22 @@ class JournalledModel:
                 },
             }
 
-        recorded = run.model(call, name=f"model:{self.name}", **arguments)
+        recorded = run.model(call, name=f"model:{self.name}", **self._arguments(input))
         message = messages_from_dict([recorded["message"]])[0]
         _order(run).expect(message)
         return message
+
+    def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> BaseMessage:
+        run = current_run()
+        return self._journal(run, input, lambda: self.model.invoke(input, config, **kwargs))
+
+    async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> BaseMessage:
+        run = current_run()
+        return await journal_from_async(
+            lambda await_on_loop: self._journal(
+                run, input, lambda: await_on_loop(self.model.ainvoke(input, config, **kwargs))
+            )
+        )
 
 
 def _model_name(model: Any) -> str:
@@ -170,9 +188,31 @@ def journal_tool_call(request: Any, execute: Callable[[Any], Any]) -> Any:
     )
 
 
+async def ajournal_tool_call(request: Any, execute: Callable[[Any], Awaitable[Any]]) -> Any:
+    """The `awrap_tool_call` twin of `journal_tool_call`, for graphs run with `ainvoke`.
+
+    The journal calls (and the wait for this call's turn) run in a worker thread; the tool runs
+    on the graph's event loop.
+    """
+    return await journal_from_async(
+        lambda await_on_loop: journal_tool_call(request, lambda req: await_on_loop(execute(req)))
+    )
+
+
 def journalled_tool_node(tools: Sequence[Any], **options: Any) -> ToolNode:
     """`ToolNode(tools, ...)` whose every tool call is a journalled step (in the model's order)."""
-    return ToolNode(list(tools), wrap_tool_call=journal_tool_call, **options)
+    return ToolNode(
+        list(tools),
+        wrap_tool_call=journal_tool_call,
+        awrap_tool_call=ajournal_tool_call,
+        **options,
+    )
 
 
-__all__ = ["JournalledModel", "journal_tool_call", "journalled_model", "journalled_tool_node"]
+__all__ = [
+    "JournalledModel",
+    "ajournal_tool_call",
+    "journal_tool_call",
+    "journalled_model",
+    "journalled_tool_node",
+]

@@ -1,9 +1,12 @@
 """LangGraph under the ledger, with real processes: SIGKILLed after and inside a write tool."""
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from runs.models import Run as RunRow
 from runs.services import step_resolve
 from tests.integrations._agent_kit import NEEDS_REVIEW_EXIT
 from tests.integrations.conftest import SIGKILLED, Desk, policy_for
@@ -124,3 +127,84 @@ def test_kill_inside_a_ledger_tool_is_reconciled_from_its_key_without_a_second_t
     )
     assert run.row.status == "completed"
     assert run.model_calls == 3
+
+
+class Crash(BaseException):
+    """What SIGKILL would be, in process: nothing after it runs (not even `except Exception`)."""
+
+
+def test_an_async_graph_is_journalled_and_replayed_the_same_way(
+    ledger_server: str,
+    worker_token: str,
+    transactional_db: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentledger import Ledger, Run, StepInfo
+    from tests.integrations import _agent_kit
+    from tests.integrations.langgraph_agent import SCRIPT, ScriptedChatModel, append, build_graph
+    from tests.integrations.langgraph_agent import lookup as lookup_tool
+
+    monkeypatch.setattr(_agent_kit, "WORK", tmp_path)
+    graph = build_graph(ScriptedChatModel(calls=SCRIPT, answer="Refunded."), [lookup_tool, append])
+    start = {"messages": [("user", "Refund ticket T-1")]}
+
+    def crash_after_append(_run: Run, step: StepInfo) -> None:
+        if step.name == "append" and not step.replayed:
+            raise Crash
+
+    with Ledger(ledger_server, worker_token, retries=1) as ledger:
+        first = ledger.run("lg-async", {}, external_id="a-1", worker="w-async")
+        first.on_step = crash_after_append
+        first.__enter__()
+        with pytest.raises(Crash):
+            asyncio.run(graph.ainvoke(start))
+        first._heartbeat_stop.set()  # the process is gone: no complete, no heartbeat
+
+        with ledger.run("lg-async", {}, external_id="a-1", worker="w-async") as again:
+            state = asyncio.run(graph.ainvoke(start))
+            again.output = state["messages"][-1].content
+
+    assert again.recovered and again.replayed == 4 and again.executed == 1
+    assert (tmp_path / "model_calls.txt").read_text().count("call") == 3
+    assert (tmp_path / "effects.txt").read_text() == "refund T-1\n"
+    row = RunRow.objects.get(pk=again.id)
+    assert row.status == "completed" and row.output == "Refunded." and row.used_tokens == TOKENS
+
+
+def test_task_functions_journalled_with_agentledger_tool_replay_after_a_crash(
+    ledger_server: str, worker_token: str, transactional_db: Any
+) -> None:
+    from langgraph.func import entrypoint, task
+
+    from agentledger import Ledger, tool
+
+    charged: list[str] = []
+
+    @task
+    @tool(name="payments.charge")
+    def charge(amount: int, idempotency_key: str) -> dict[str, Any]:
+        charged.append(idempotency_key)
+        return {"charged": amount}
+
+    @task
+    @tool(name="orders.lookup", effect="read")
+    def lookup(order: str) -> dict[str, Any]:
+        return {"order": order, "amount": 5}
+
+    @entrypoint()
+    def refund(order: str) -> Any:
+        found = lookup(order).result()
+        return charge(found["amount"]).result()
+
+    with Ledger(ledger_server, worker_token, retries=1) as ledger:
+        first = ledger.run("lg-tasks", {}, external_id="t-1", worker="w-tasks").__enter__()
+        assert refund.invoke("A-1") == {"charged": 5}
+        first._heartbeat_stop.set()  # killed before completing
+        with ledger.run("lg-tasks", {}, external_id="t-1", worker="w-tasks") as again:
+            again.output = refund.invoke("A-1")
+
+    assert again.replayed == 2 and again.executed == 0
+    assert len(charged) == 1
+    step = RunRow.objects.get(pk=again.id).steps.get(name="payments.charge")
+    assert step.enforced_by == "tool" and charged == [step.idempotency_key]
