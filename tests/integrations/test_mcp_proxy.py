@@ -21,7 +21,11 @@ UPSTREAM = ROOT / "tests" / "integrations" / "mcp_upstream.py"
 
 
 def proxy_params(
-    run: AgentRun, *, upstream: str = f"{sys.executable} {UPSTREAM}", **env: str
+    run: AgentRun,
+    *,
+    upstream: str = f"{sys.executable} {UPSTREAM}",
+    options: tuple[str, ...] = (),
+    **env: str,
 ) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
@@ -38,6 +42,7 @@ def proxy_params(
             run.external_id,
             "--worker",
             "proxy-1",
+            *options,
         ],
         env={
             "LEDGER_URL": run.desk.url,
@@ -55,6 +60,7 @@ async def session_calls(
     calls: list[tuple[str, dict[str, Any]]],
     *,
     kill_after: str | None = None,
+    options: tuple[str, ...] = (),
     **env: str,
 ) -> list[Any]:
     """Connect through a fresh proxy, list the tools, make `calls`; SIGKILL the proxy after
@@ -62,7 +68,7 @@ async def session_calls(
     results: list[Any] = []
     try:
         async with (
-            stdio_client(proxy_params(run, **env)) as (read, write),
+            stdio_client(proxy_params(run, options=options, **env)) as (read, write),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
@@ -193,3 +199,20 @@ def test_a_streamable_http_upstream_is_journalled_and_replayed(desk: Desk) -> No
     row = run.row
     assert row.status == "completed"
     assert list(row.steps.values_list("name", flat=True)) == ["files/lookup", "files/append"]
+
+
+def test_a_keyed_upstream_write_killed_inside_is_re_executed_under_its_key(desk: Desk) -> None:
+    run = desk.new_run("mcp-desk")
+    calls = [("append_keyed", {"line": "refund T-1"})]
+    keyed = ("--keyed", "append_keyed")
+    asyncio.run(session_calls(run, calls, options=keyed, UPSTREAM_KILL_PROXY_INSIDE="append_keyed"))
+    step = run.step("files/append_keyed")
+    assert step.enforced_by == "tool" and step.state == "intent"
+
+    results = asyncio.run(session_calls(run, calls, options=keyed))
+    assert not results[0].is_error
+    step.refresh_from_db()
+    assert step.state == "done" and step.executions == 2  # interrupted, re-executed, same key
+    assert run.effects == [f"refund T-1 {step.idempotency_key}"]  # the upstream refused a repeat
+    assert upstream_calls(run) == ["append_keyed", "append_keyed"]
+    assert run.row.status == "completed"
