@@ -89,7 +89,12 @@ def journalable(
 
 
 def digest(value: Any) -> str:
-    """A short stable hash of a JSON value (what a model step records instead of the prompt)."""
+    """A short stable hash of a JSON value (what a model step records instead of the prompt).
+
+    Model steps record the digest of the conversation so far (user, assistant and tool turns, not
+    the system prompt or instructions, which may say today's date): a replay that asks about a
+    different conversation at a recorded index is refused as nondeterministic by the ledger.
+    """
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 

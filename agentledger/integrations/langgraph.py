@@ -99,7 +99,9 @@ class JournalledModel:
         return {
             "model": self.name,
             "messages": len(messages),
-            "conversation": digest([_content(m) for m in messages]),
+            "conversation": digest(
+                [_content(m) for m in messages if getattr(m, "type", None) != "system"]
+            ),
         }
 
     def _journal(self, run: Run, input: Any, ask: Callable[[], BaseMessage]) -> BaseMessage:

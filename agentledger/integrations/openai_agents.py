@@ -114,7 +114,7 @@ class LedgerModel(Model):
         arguments = {
             "model": str(self.name),
             "items": len(items),
-            "conversation": digest([system_instructions, items]),
+            "conversation": digest(items),  # not the instructions: see `digest`
         }
 
         def journal(await_on_loop: Callable[[Awaitable[Any]], Any]) -> Any:

@@ -44,11 +44,14 @@ def _fallback(value: Any) -> Any:
 
 
 def _conversation(messages: list[ModelMessage]) -> list[Any]:
-    """What the model was shown, without the fields that change on every run (timestamps, ids)."""
+    """What the model was shown, without what may change between runs: timestamps, ids, the
+    system prompt (see `digest`)."""
     view: list[Any] = []
     for message in messages:
         for part in message.parts:
             kind = getattr(part, "part_kind", type(part).__name__)
+            if kind == "system-prompt":
+                continue
             body = getattr(part, "content", None)
             if body is None:
                 body = getattr(part, "args", None)

@@ -27,7 +27,8 @@ def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[TextPart("Refunded.")], usage=usage)
 
 
-agent = Agent(FunctionModel(scripted))
+# the system prompt may differ between the killed process and its restart (today's date...)
+agent = Agent(FunctionModel(scripted), system_prompt=os.environ.get("SYSTEM_PROMPT", "Refund."))
 
 
 @agent.tool_plain(metadata={"effect": "read"})

@@ -46,13 +46,13 @@ def test_agent_killed_after_the_write_tool_resumes_with_one_effect_and_no_model_
     desk: Desk,
 ) -> None:
     run = desk.new_run(AGENT)
-    killed = run.start(SCRIPT, CRASH_AFTER="append")
+    killed = run.start(SCRIPT, CRASH_AFTER="append", SYSTEM_PROMPT="Today is Monday.")
     assert killed.returncode == SIGKILLED, killed.stderr
     assert run.row.step_count == 4
     assert run.effects == ["refund T-1"]
     assert run.model_calls == 2
 
-    resumed = run.start(SCRIPT)
+    resumed = run.start(SCRIPT, SYSTEM_PROMPT="Today is Tuesday.")  # not part of the digest
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.summary["replayed"] == 4 and resumed.summary["executed"] == 1
     row = run.row
