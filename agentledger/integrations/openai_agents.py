@@ -13,7 +13,8 @@ and each `FunctionTool` wrapped so that its invocation is a step: a write enforc
 unless named in `read=` or given `enforced_by={"name": "tool" | "ledger"}` (the tool then reads
 the step's key with `agentledger.integrations.step_key()`). The SDK runs a response's tool calls
 concurrently; the wrapper journals them one at a time in the order the model asked for them, so
-a replay sees the same indices. Handoff agents are not wrapped (yet): journal each agent you run.
+a replay sees the same indices. Agents listed in `handoffs` are journalled too (a `Handoff`
+object made with `handoff(...)` is not: its agent is not reachable before it is invoked).
 
 The SDK's import name is `agents`. Inside this repository a Django app has that name too: run
 SDK agents from a process that does not put the repository root first on `sys.path`.
@@ -212,8 +213,16 @@ def journalled(
     *,
     read: Iterable[str] = (),
     enforced_by: Mapping[str, EnforcedBy] | None = None,
+    _clones: dict[int, Agent[Any]] | None = None,
 ) -> Agent[Any]:
-    """A clone of `agent` whose model responses and function tool calls are steps of `run`."""
+    """A clone of `agent` whose model responses and function tool calls are steps of `run`.
+
+    Agents it hands off to (listed as `Agent`s in `handoffs`) are journalled the same way, into
+    the same run; `read` and `enforced_by` name tools across all of them.
+    """
+    clones = {} if _clones is None else _clones
+    if id(agent) in clones:  # agents that hand off to each other
+        return clones[id(agent)]
     read_tools = set(read)
     enforced = dict(enforced_by or {})
     inner = agent.model
@@ -228,7 +237,15 @@ def journalled(
                 tool, model, effect=effect, enforced_by=enforced.get(tool.name, "nobody")
             )
         tools.append(tool)
-    return agent.clone(model=model, tools=tools)
+    clone: Agent[Any] = agent.clone(model=model, tools=tools)
+    clones[id(agent)] = clone
+    clone.handoffs = [
+        journalled(h, run, read=read_tools, enforced_by=enforced, _clones=clones)
+        if isinstance(h, Agent)
+        else h
+        for h in agent.handoffs
+    ]
+    return clone
 
 
 __all__ = ["LedgerModel", "journal_function_tool", "journalled"]

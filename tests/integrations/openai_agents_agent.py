@@ -80,6 +80,10 @@ def append(line: str) -> str:
 
 SCRIPT = [("lookup", {"ticket": "T-1"}), ("append", {"line": "refund T-1"})]
 agent = Agent(name="support", model=ScriptedModel(SCRIPT, "Refunded."), tools=[lookup, append])
+if os.environ.get("TRIAGE"):  # a triage agent hands the ticket to the support agent first
+    model = ScriptedModel([("transfer_to_support", {}), *SCRIPT], "Refunded.")
+    support = Agent(name="support", model=model, tools=[lookup, append])
+    agent = Agent(name="triage", model=model, handoffs=[support])
 
 
 def body(run: Run) -> Any:

@@ -98,3 +98,22 @@ def test_kill_inside_a_key_honouring_tool_re_executes_it_under_the_same_key(desk
     assert step.enforced_by == "tool" and step.executions == 2
     assert run.effects == [f"refund T-1 {step.idempotency_key}"]  # the tool refused the repeat
     assert run.row.status == "completed"
+
+
+def test_a_handoff_agent_is_journalled_into_the_same_run_and_replayed(desk: Desk) -> None:
+    run = desk.new_run(AGENT)
+    killed = run.start(SCRIPT, by_path=True, CRASH_AFTER="append", TRIAGE="1")
+    assert killed.returncode == SIGKILLED, killed.stderr
+    assert run.model_calls == 3  # triage, then support twice
+
+    resumed = run.start(SCRIPT, by_path=True, TRIAGE="1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.summary["replayed"] == 5 and resumed.summary["executed"] == 1
+    assert run.effects == ["refund T-1"]
+    assert run.model_calls == 4
+    row = run.row
+    assert row.status == "completed" and row.output == "Refunded."
+    names = list(row.steps.order_by("index").values_list("name", flat=True))
+    model = "model:ScriptedModel"  # triage's, then support's (one model serves both here)
+    assert names == [model, model, "lookup", model, "append", model]
+    assert row.used_tokens == 4 * 110
