@@ -40,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve.add_argument("--agent", default="mcp", help="the runs' agent name (default: mcp)")
     serve.add_argument("--run", default=None, help="the session's run (external id)")
+    serve.add_argument(
+        "--http",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio",
+    )
     serve.add_argument("--worker", default=None, help="a stable worker name (AGENTLEDGER_WORKER)")
     serve.add_argument("--ledger-url", default=None, help="default: LEDGER_URL")
     serve.add_argument("--ledger-token", default=None, help="default: LEDGER_TOKEN")

@@ -29,8 +29,9 @@ import contextvars
 import json
 import os
 import shlex
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import anyio
@@ -276,6 +277,14 @@ def _input_schema(arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 RUN_META, AGENT_META = "agentledger/run", "agentledger/agent"
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _http_session(ctx: Any) -> str | None:
+    """The streamable HTTP session a request belongs to (its Mcp-Session-Id), None on stdio."""
+    request = getattr(ctx, "request", None)
+    headers = getattr(request, "headers", None)
+    return headers.get("mcp-session-id") if headers is not None else None
 
 
 class LedgerToolServer:
@@ -284,7 +293,9 @@ class LedgerToolServer:
     Each `tools/call` is a step of the run the client names in `_meta["agentledger/run"]` (and
     `_meta["agentledger/agent"]`), or of the session's run (`--run`, `--agent`); writes run on
     the ledger's gateway under the step's idempotency key (`enforced_by: ledger`), reads without
-    one. The runs a session touched are completed when the client disconnects.
+    one. Over streamable HTTP a call that names no run belongs to its session's run
+    (`mcp-session-<Mcp-Session-Id>`). The runs touched are completed when the client
+    disconnects (stdio) or the server stops (HTTP).
     """
 
     def __init__(self, ledger: Ledger, *, agent: str, run: str | None, worker: str | None) -> None:
@@ -334,7 +345,12 @@ class LedgerToolServer:
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         meta: dict[str, Any] = dict(params.meta or {})
-        external_id = meta.get(RUN_META) or self.default_run
+        session = _http_session(ctx)
+        external_id = (
+            meta.get(RUN_META)
+            or self.default_run
+            or (f"mcp-session-{session}" if session else None)
+        )
         agent = str(meta.get(AGENT_META) or self.agent)
         if not external_id:
             return _text(f"name a run: _meta[{RUN_META!r}] or agentledger mcp serve --run")
@@ -389,6 +405,48 @@ async def serve_stdio(
     return 0
 
 
+async def serve_http(
+    *,
+    ledger: Ledger,
+    agent: str,
+    run: str | None,
+    host: str,
+    port: int,
+    worker: str | None = None,
+) -> int:
+    """Serve the ledger's tools over streamable HTTP at http://host:port/mcp until stopped.
+
+    A call that names no run (`_meta`, `--run`) belongs to its MCP session's run
+    (`mcp-session-<id>`); runs are completed when the server stops.
+    """
+    import uvicorn
+
+    tools = LedgerToolServer(ledger, agent=agent, run=run, worker=worker)
+    server: Server[Any] = Server(
+        "agentledger", on_list_tools=tools.list_tools, on_call_tool=tools.call_tool
+    )
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+
+    class _Server(uvicorn.Server):
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn re-raises SIGTERM after its shutdown, which would kill us before the runs
+            # are completed: stop serving on the signal, then return normally
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    try:
+        await _Server(config).serve()
+    finally:
+        await tools.close()
+    return 0
+
+
 async def _serve_on_stdio(server: Server[Any]) -> None:
     async with stdio_server() as (raw_read, write_stream):
         # a line that is not a JSON-RPC message gets a parse error (id null), not silence
@@ -409,6 +467,18 @@ async def _serve_on_stdio(server: Server[Any]) -> None:
 
 def serve_main(args: Any) -> int:
     with Ledger(args.ledger_url, args.ledger_token) as ledger:
+        if args.http:
+            host, _, port = args.http.rpartition(":")
+            return asyncio.run(
+                serve_http(
+                    ledger=ledger,
+                    agent=args.agent,
+                    run=args.run,
+                    host=host or "127.0.0.1",
+                    port=int(port),
+                    worker=args.worker,
+                )
+            )
         return asyncio.run(
             serve_stdio(ledger=ledger, agent=args.agent, run=args.run, worker=args.worker)
         )
@@ -439,6 +509,7 @@ __all__ = [
     "UpstreamLost",
     "proxy_main",
     "proxy_stdio",
+    "serve_http",
     "serve_main",
     "serve_stdio",
 ]
