@@ -1,25 +1,30 @@
-"""An MCP gateway: the ledger in front of any MCP server, every `tools/call` a journalled step.
+"""The MCP gateway, both ways: the ledger in front of any MCP server, and the ledger's own tools
+as an MCP server. Every `tools/call` is a journalled step.
 
     agentledger mcp proxy --upstream "python files_server.py" --agent desk --run ticket-42
     agentledger mcp proxy --upstream http://files.internal:8000/mcp --agent desk --run ticket-42
+    agentledger mcp serve --agent desk [--run ticket-42] [--http 127.0.0.1:8765]
 
-The proxy speaks MCP on its own stdin/stdout to the client, and to the upstream either over
-stdio (a command line: started as its child) or streamable HTTP (a URL). One proxy session is one ledger run (`--agent`, `--run` as its external id, so a
-restarted proxy attaches to the same run), completed when the client disconnects. Each
-`tools/call` is a step named `<upstream server>/<tool>`:
+`proxy` speaks MCP on its stdin/stdout to the client, and to the upstream over stdio (a command
+line, started as its child) or streamable HTTP (a URL). One proxy session is one ledger run
+(`--agent`, `--run` as its external id, so a restarted proxy attaches to the same run), completed
+when the client disconnects. Each `tools/call` is a step named `<upstream server>/<tool>`:
 
 - a tool is a write unless the upstream annotates it `readOnlyHint` or `--read TOOL` says so
   (`--write TOOL` overrides an annotation: annotations are hints, not trusted);
-- writes are `enforced_by: nobody` (the ledger cannot see into an MCP server), unless
-  `--keyed TOOL` says the upstream honours the step's idempotency key, which every call carries
-  in `_meta["agentledger/idempotency_key"]`; a crash between the upstream's answer and its
-  journalled outcome then sends the step to the review queue;
+- every call carries the step's idempotency key in `_meta["agentledger/idempotency_key"]`;
+  writes are `enforced_by: nobody` (a crash between the upstream's answer and the journalled
+  outcome sends the step to the review queue) unless `--keyed TOOL` says the upstream honours
+  that key (`enforced_by: tool`: the step is re-executed under the same key);
 - a replayed call answers the recorded result without reaching the upstream; tools are listed
   without their output schema (a step resolved by a supervisor has only a text answer);
 - an upstream that dies mid-call leaves the step `intent` (recovery decides) and the proxy
   answers that call, and every later one, with an error;
 - a run that needs review (or is finished, or a ledger that cannot be reached) answers every
-  `tools/call` with an error saying so; a line that is not JSON-RPC gets a parse error (-32700).
+  `tools/call` with an error saying so; a line that is not JSON-RPC gets a JSON-RPC error.
+
+`serve` lists the ledger's registered tools (`LedgerToolServer`); writes run on the ledger's
+gateway under the step's key.
 """
 
 from __future__ import annotations
