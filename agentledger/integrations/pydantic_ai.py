@@ -133,7 +133,7 @@ class LedgerDurability(AbstractCapability[Any]):
         except StepFailed as failed:
             # a recorded ModelRetry replays as one: the model is asked again, as the first time
             recorded = failed.result if isinstance(failed.result, dict) else {}
-            if recorded.get("error") == "ModelRetry":
+            if recorded.get("error") in ("ModelRetry", "ToolRetryError"):
                 raise ModelRetry(str(recorded.get("message", ""))) from None
             raise
 
