@@ -4,13 +4,15 @@ import json
 import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from agentledger import Ledger, NeedsReview, Run, StepInfo, StopRun
 
 NEEDS_REVIEW_EXIT = 3
-WORK = Path(os.environ.get("WORK_DIR", "."))
+# the test gives each agent process its own directory; never the current one (the checkout)
+WORK = Path(os.environ.get("WORK_DIR") or tempfile.mkdtemp(prefix="agent-kit-"))
 AGENT = os.environ.get("AGENT_NAME", "integration")
 EXTERNAL_ID = os.environ.get("EXTERNAL_ID", "integration-1")
 

@@ -79,8 +79,17 @@ def test_openai_agents_example(
     ]
 
 
-def test_langgraph_example(ledger_server: str, worker_token: str, transactional_db: Any) -> None:
+def test_langgraph_example(
+    ledger_server: str,
+    worker_token: str,
+    transactional_db: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.integrations import _agent_kit
     from tests.integrations.langgraph_agent import ScriptedChatModel
+
+    monkeypatch.setattr(_agent_kit, "WORK", tmp_path)  # where it counts model calls
 
     chat_model = ScriptedChatModel(calls=[("refund", {"order": "A-1"})], answer="Refunded A-1.")
     code = readme_example("### LangGraph").replace("http://ledger:8000", ledger_server)
