@@ -73,25 +73,102 @@ def _text(message: str, *, error: bool = True) -> types.CallToolResult:
     )
 
 
+RUN_META, AGENT_META = "agentledger/run", "agentledger/agent"
+
+
+def _named_run(params: Any) -> tuple[str | None, str | None]:
+    """(agent, external id) a client names in a request's `_meta`, either possibly None."""
+    meta: dict[str, Any] = dict(getattr(params, "meta", None) or {})
+    agent, run = meta.get(AGENT_META), meta.get(RUN_META)
+    return (str(agent) if agent else None), (str(run) if run else None)
+
+
+class Runs:
+    """The ledger runs one MCP session writes to, by (agent, external id).
+
+    Each is entered on first use in a context of its own (a run's `with` sets a context
+    variable, and is left in the same context) and left when the session ends: completed with
+    the number of its tool calls, or, once stopped (in review, fenced, its upstream lost), with
+    nothing more written. A run the ledger refused stays refused for the session.
+    """
+
+    def __init__(self, ledger: Ledger, *, input: Any, worker: str | None) -> None:
+        self.ledger = ledger
+        self.input = input
+        self.worker = worker
+        self.entered: dict[tuple[str, str], tuple[Run, contextvars.Context]] = {}
+        self.refused: dict[tuple[str, str], str] = {}
+        self.stopped: dict[tuple[str, str], StopRun] = {}
+        self.calls: dict[tuple[str, str], int] = {}
+
+    async def get(self, agent: str, external_id: str) -> Run | str:
+        """The run, or why it refuses calls (`code: message`)."""
+        key = (agent, external_id)
+        if key in self.refused:
+            return self.refused[key]
+        if key not in self.entered:
+            run = self.ledger.run(agent, self.input, external_id=external_id, worker=self.worker)
+            context = contextvars.copy_context()
+            try:
+                await asyncio.to_thread(context.run, run.__enter__)
+            except LedgerError as refused:  # in review, finished, unreachable
+                self.refused[key] = f"{refused.code}: {refused.message}"
+                return self.refused[key]
+            self.entered[key] = (run, context)
+        return self.entered[key][0]
+
+    def count(self, agent: str, external_id: str) -> None:
+        key = (agent, external_id)
+        self.calls[key] = self.calls.get(key, 0) + 1
+
+    def stop(self, agent: str, external_id: str, stop: StopRun) -> str:
+        """The run must write nothing more (a person or recovery decides); refuse its calls."""
+        key = (agent, external_id)
+        self.stopped[key] = stop
+        self.refused[key] = f"{stop.code}: {stop.message}"
+        return self.refused[key]
+
+    async def close(self, lost: UpstreamLost | None = None) -> bool:
+        """Leave every run; True when every run the session named was completed."""
+        for key, (run, context) in self.entered.items():
+            stop: LedgerError | None = lost or self.stopped.get(key)
+            if stop is None:
+                run.output = {"tool_calls": self.calls.get(key, 0)}
+            try:
+                await asyncio.to_thread(
+                    context.run, run.__exit__, type(stop) if stop else None, stop, None
+                )
+            except LedgerError as refused:
+                self.refused[key] = f"{refused.code}: {refused.message}"
+        return lost is None and not self.refused
+
+
 class Gateway:
-    """One proxy session: the upstream client session, the ledger run and the tool policy."""
+    """One proxy session: the upstream client session, its runs and the tool policy.
+
+    Calls go to the run the client names in `_meta["agentledger/run"]` (and
+    `"agentledger/agent"`), or to the session's run (`--agent`, `--run`).
+    """
 
     def __init__(
         self,
         upstream: ClientSession,
         *,
         server_name: str,
+        runs: Runs,
+        agent: str,
+        default_run: str,
         read: Iterable[str] = (),
         write: Iterable[str] = (),
         keyed: Iterable[str] = (),
     ) -> None:
         self.upstream = upstream
         self.server_name = server_name
+        self.runs = runs
+        self.agent, self.default_run = agent, default_run
         self.read, self.write, self.keyed = set(read), set(write), set(keyed)
         self.tools: dict[str, types.Tool] = {}
-        self.run: Run | None = None
-        self.stopped: str | None = None  # why every tools/call is refused
-        self.calls = 0
+        self.lost: UpstreamLost | None = None  # the upstream went away: every call is refused
 
     def effect(self, name: str) -> tuple[str, Any]:
         tool = self.tools.get(name)
@@ -111,9 +188,14 @@ class Gateway:
     async def call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        if self.stopped is not None or self.run is None:
-            return _text(self.stopped or "no ledger run")
-        run = self.run
+        if self.lost is not None:
+            return _text(f"upstream_lost: {self.lost.message}")
+        named_agent, named_run = _named_run(params)
+        agent, external_id = named_agent or self.agent, named_run or self.default_run
+        run = await self.runs.get(agent, external_id)
+        if isinstance(run, str):
+            return _text(run)
+        self.runs.count(agent, external_id)
         name = params.name
         if name not in self.tools:
             await self.list_tools(ctx, None)
@@ -152,7 +234,6 @@ class Gateway:
                 enforced_by=enforced_by,
             )
 
-        self.calls += 1
         try:
             recorded = await journal_from_async(journal)
         except MCPError as error:
@@ -160,11 +241,10 @@ class Gateway:
         except StepFailed as failed:
             return _text(json.dumps(failed.result, ensure_ascii=False))
         except UpstreamLost as lost:
-            self.stopped = f"upstream_lost: {lost.message}"
-            return _text(self.stopped)
+            self.lost = lost
+            return _text(f"upstream_lost: {lost.message}")
         except StopRun as stop:
-            self.stopped = f"{stop.code}: {stop.message}"
-            return _text(self.stopped)
+            return _text(self.runs.stop(agent, external_id, stop))
         if isinstance(recorded, dict) and "content" in recorded:
             return types.CallToolResult.model_validate(recorded)
         # e.g. a supervisor's "sent" ({"resolved_as": "sent"}): what the journal knows, as text
@@ -214,31 +294,25 @@ async def proxy_stdio(
     async with _connect(upstream) as (up_read, up_write), ClientSession(up_read, up_write) as up:
         initialized = await up.initialize()
         server_name = initialized.server_info.name or "upstream"
-        gateway = Gateway(up, server_name=server_name, read=read, write=write, keyed=keyed)
-        run = ledger.run(
-            agent, {"mcp_upstream": server_name}, external_id=external_id, worker=worker
+        runs = Runs(ledger, input={"mcp_upstream": server_name}, worker=worker)
+        gateway = Gateway(
+            up,
+            server_name=server_name,
+            runs=runs,
+            agent=agent,
+            default_run=external_id,
+            read=read,
+            write=write,
+            keyed=keyed,
         )
-        # the run's `with` is entered and left in one context (it sets a context variable)
-        context = contextvars.copy_context()
-        try:
-            await asyncio.to_thread(context.run, run.__enter__)
-            gateway.run = run
-        except LedgerError as refused:  # in review, finished, unreachable: serve, refuse calls
-            gateway.stopped = f"{refused.code}: {refused.message}"
+        await runs.get(agent, external_id)  # attach (and recover) before the first call
         server: Server[Any] = Server(
             f"agentledger:{server_name}",
             on_list_tools=gateway.list_tools,
             on_call_tool=gateway.call_tool,
         )
         await _serve_on_stdio(server)
-        if gateway.run is not None:
-            if gateway.stopped is None:
-                run.output = {"tool_calls": gateway.calls}
-                await asyncio.to_thread(context.run, run.__exit__, None, None, None)
-            else:  # stopped: write nothing more (recovery or a person decides)
-                lost = UpstreamLost(gateway.stopped, code="stopped")
-                await asyncio.to_thread(context.run, run.__exit__, UpstreamLost, lost, None)
-        return 0 if gateway.stopped is None else 1
+        return 0 if await runs.close(gateway.lost) else 1
 
 
 _JSON_TYPES: dict[str, dict[str, Any]] = {
@@ -281,7 +355,6 @@ def _input_schema(arguments: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-RUN_META, AGENT_META = "agentledger/run", "agentledger/agent"
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -307,10 +380,8 @@ class LedgerToolServer:
         self.ledger = ledger
         self.agent = agent
         self.default_run = run
-        self.worker = worker
         self.tools: dict[str, dict[str, Any]] = {}
-        self.runs: dict[tuple[str, str], tuple[Run, contextvars.Context]] = {}
-        self.refused: dict[tuple[str, str], str] = {}
+        self.runs = Runs(ledger, input={"mcp": "serve"}, worker=worker)
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         body = await asyncio.to_thread(
@@ -329,34 +400,15 @@ class LedgerToolServer:
             ]
         )
 
-    async def _run(self, agent: str, external_id: str) -> Run | str:
-        key = (agent, external_id)
-        if key in self.refused:
-            return self.refused[key]
-        if key not in self.runs:
-            run = self.ledger.run(
-                agent, {"mcp": "serve"}, external_id=external_id, worker=self.worker
-            )
-            context = contextvars.copy_context()
-            try:
-                await asyncio.to_thread(context.run, run.__enter__)
-            except LedgerError as refused:
-                self.refused[key] = f"{refused.code}: {refused.message}"
-                return self.refused[key]
-            self.runs[key] = (run, context)
-        return self.runs[key][0]
-
     async def call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        meta: dict[str, Any] = dict(params.meta or {})
+        named_agent, named_run = _named_run(params)
         session = _http_session(ctx)
         external_id = (
-            meta.get(RUN_META)
-            or self.default_run
-            or (f"mcp-session-{session}" if session else None)
+            named_run or self.default_run or (f"mcp-session-{session}" if session else None)
         )
-        agent = str(meta.get(AGENT_META) or self.agent)
+        agent = named_agent or self.agent
         if not external_id:
             return _text(f"name a run: _meta[{RUN_META!r}] or agentledger mcp serve --run")
         if params.name not in self.tools:
@@ -368,9 +420,10 @@ class LedgerToolServer:
             arguments = journalable(dict(params.arguments or {}), what="arguments")
         except JournalError as refused:
             return _text(f"validation_error: {refused.message}")
-        run = await self._run(agent, str(external_id))
+        run = await self.runs.get(agent, external_id)
         if isinstance(run, str):
             return _text(run)
+        self.runs.count(agent, external_id)
         try:
             if tool["effect"] == "read":
                 result = await asyncio.to_thread(run.tool, params.name, arguments, effect="read")
@@ -378,21 +431,17 @@ class LedgerToolServer:
                 result = await asyncio.to_thread(run.tool, params.name, arguments)
         except StepFailed as failed:
             return _text(json.dumps(failed.result, ensure_ascii=False))
-        except LedgerError as stopped:
-            return _text(f"{stopped.code}: {stopped.message}")
+        except StopRun as stop:
+            return _text(self.runs.stop(agent, external_id, stop))
+        except LedgerError as refused:
+            return _text(f"{refused.code}: {refused.message}")
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
             structured_content=result if isinstance(result, dict) else None,
         )
 
     async def close(self) -> None:
-        for run, context in self.runs.values():
-            if run._stopped is None:
-                run.output = {"mcp": "session ended"}
-                try:
-                    await asyncio.to_thread(context.run, run.__exit__, None, None, None)
-                except LedgerError as refused:
-                    self.refused[(run.agent or "", run.external_id or "")] = str(refused)
+        await self.runs.close()
 
 
 async def serve_stdio(
@@ -511,6 +560,7 @@ def proxy_main(args: Any) -> int:
 __all__ = [
     "Gateway",
     "LedgerToolServer",
+    "Runs",
     "UpstreamLost",
     "proxy_main",
     "proxy_stdio",

@@ -216,3 +216,18 @@ def test_a_keyed_upstream_write_killed_inside_is_re_executed_under_its_key(desk:
     assert run.effects == [f"refund T-1 {step.idempotency_key}"]  # the upstream refused a repeat
     assert upstream_calls(run) == ["append_keyed", "append_keyed"]
     assert run.row.status == "completed"
+
+
+def test_a_client_can_name_another_run_in_meta(desk: Desk) -> None:
+    session_run, named = desk.new_run("mcp-desk"), desk.new_run("mcp-desk")
+    named.work = session_run.work  # one upstream, one work directory
+    params = proxy_params(session_run)
+    proxy = McpLines([params.command, *params.args], params.env or {})
+    assert not proxy.call("lookup", {"ticket": "T-1"})["result"].get("isError")
+    answer = proxy.call("append", {"line": "x"}, **{"agentledger/run": named.external_id})
+    assert not answer["result"].get("isError")
+    assert proxy.close() == 0
+    assert list(session_run.row.steps.values_list("name", flat=True)) == ["files/lookup"]
+    assert list(named.row.steps.values_list("name", flat=True)) == ["files/append"]
+    assert session_run.row.status == named.row.status == "completed"
+    assert named.row.output == {"tool_calls": 1}
