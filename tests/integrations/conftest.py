@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from runs.models import BudgetPolicy, Step
 from runs.models import Run as RunRow
+from runs.models import Step
 from runs.tokens import worker_token_create
 from tests.conftest import ROOT
 
@@ -109,19 +109,8 @@ def desk(ledger_server: str, transactional_db: Any, tmp_path: Path) -> Iterator[
     yield Desk(url=ledger_server, token=token, workdir=tmp_path)
 
 
-def policy_for(agent: str, **limits: Any) -> BudgetPolicy:
-    values = {
-        "max_steps": 20,
-        "max_tokens": 100_000,
-        "max_wall_seconds": 3600,
-        "max_cost_usd": None,
-        "max_recoveries": 3,
-        **limits,
-    }
-    policy, _ = BudgetPolicy.objects.update_or_create(
-        agent=agent, defaults={"name": f"{agent}-policy", **values}
-    )
-    return policy
+class Crash(BaseException):
+    """What SIGKILL would be, in process: nothing after it runs (not even `except Exception`)."""
 
 
 class McpLines:
