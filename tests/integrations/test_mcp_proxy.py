@@ -8,12 +8,15 @@ import sys
 from typing import Any
 
 import pytest
+from django.test import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from review.roles import SUPERVISORS, groups_ensure_now
 from runs.services import step_resolve
 from tests.conftest import ROOT, free_port, stop_process, wait_for_http
 from tests.integrations.conftest import AgentRun, Desk, McpLines
+from tests.review.factories import user_in
 
 pytestmark = pytest.mark.slow
 
@@ -102,6 +105,12 @@ def test_every_tools_call_is_a_step_named_after_the_upstream(desk: Desk) -> None
         ("files/lookup", "read", None, "done"),
         ("files/append", "write", "nobody", "done"),
     ]
+    # the dashboard shows an MCP run like any other, the upstream server's name on each step
+    groups_ensure_now()
+    supervisor = Client()
+    supervisor.force_login(user_in(SUPERVISORS))
+    page = supervisor.get(f"/runs/{row.pk}/").content.decode()
+    assert "files/lookup" in page and "files/append" in page
 
 
 def test_proxy_killed_after_a_write_replays_it_without_reaching_the_upstream(desk: Desk) -> None:
