@@ -77,6 +77,7 @@ def dbos(phase: str, workflow_id: str) -> None:
 
 def langgraph(phase: str, thread_id: str) -> None:
     t0 = time.time()
+    from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.graph import END, START, StateGraph
 
@@ -101,7 +102,7 @@ def langgraph(phase: str, thread_id: str) -> None:
         if phase == "crash":
             saver.setup()
         graph = builder.compile(checkpointer=saver)
-        config = {"configurable": {"thread_id": thread_id}}
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         graph.invoke({"i": -1} if phase == "crash" else None, config, durability="sync")
 
 

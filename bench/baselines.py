@@ -187,6 +187,7 @@ def langgraph(size: int, runs: int, reps: int) -> dict[str, Any]:
     import_start = time.perf_counter()
     from typing import TypedDict
 
+    from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.graph import END, START, StateGraph
 
@@ -222,7 +223,7 @@ def langgraph(size: int, runs: int, reps: int) -> dict[str, Any]:
             samples = []
             for _ in range(runs):
                 starts.clear()
-                config = {"configurable": {"thread_id": str(uuid.uuid4())}}
+                config: RunnableConfig = {"configurable": {"thread_id": str(uuid.uuid4())}}
                 t0 = time.perf_counter()
                 graph.invoke({"i": -1}, config, durability="sync")
                 starts.append(time.perf_counter())

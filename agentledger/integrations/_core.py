@@ -1,0 +1,147 @@
+"""What every framework integration shares: journalable values, tool effects, the step's key.
+
+A framework hands the integration Python objects; the journal stores JSON. `journalable` turns
+a value into the JSON the journal will hand back on replay, or refuses it with a
+`JournalError` (code `validation_error`) that names the field, before any effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from agentledger._run import EnforcedBy, Run
+from agentledger.errors import LedgerError
+
+_step_key: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "agentledger_step_key", default=None
+)
+
+
+class JournalError(LedgerError):
+    """A framework value the journal cannot store (code `validation_error`, `details` name it)."""
+
+
+def step_key() -> str:
+    """The idempotency key of the write step now executing (inside a journalled tool).
+
+    A tool marked `enforced_by="tool"` hands it to the system it writes to; one marked
+    `enforced_by="ledger"` passes it to `current_run().gateway(...)`.
+    """
+    key = _step_key.get()
+    if key is None:
+        raise RuntimeError("step_key() is only set inside a journalled write tool")
+    return key
+
+
+@contextmanager
+def _keyed(key: str | None) -> Iterator[None]:
+    token = _step_key.set(key)
+    try:
+        yield
+    finally:
+        _step_key.reset(token)
+
+
+async def journal_from_async[T](fn: Callable[[Callable[[Awaitable[Any]], Any]], T]) -> T:
+    """Run the blocking journal call `fn(await_on_loop)` in a worker thread, from async code.
+
+    The SDK is synchronous (its heartbeat is a thread); async frameworks must not block their
+    event loop on it. Inside `fn`, `await_on_loop(awaitable)` runs the framework's own coroutine
+    (the model request, the tool) back on the calling loop and returns its result.
+    """
+    loop = asyncio.get_running_loop()
+
+    async def awaited(awaitable: Awaitable[Any]) -> Any:
+        return await awaitable
+
+    def await_on_loop(awaitable: Awaitable[Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(awaited(awaitable), loop).result()
+
+    return await asyncio.to_thread(fn, await_on_loop)
+
+
+def to_json(value: Any, fallback: Callable[[Any], Any] | None = None) -> Any:
+    """`value` as the journal hands it back (a JSON round trip); TypeError/ValueError if not."""
+    return json.loads(json.dumps(value, allow_nan=False, default=fallback))
+
+
+def journalable(
+    values: Mapping[str, Any], *, what: str, fallback: Callable[[Any], Any] | None = None
+) -> dict[str, Any]:
+    """Each field of `values` as JSON, or a `JournalError` naming the first field that is not."""
+    out: dict[str, Any] = {}
+    for field, value in values.items():
+        try:
+            out[str(field)] = to_json(value, fallback)
+        except (TypeError, ValueError) as exc:
+            raise JournalError(
+                f"{what}.{field} cannot be journalled: {exc}",
+                code="validation_error",
+                details={f"{what}.{field}": [f"not JSON-serialisable: {type(value).__name__}"]},
+            ) from exc
+    return out
+
+
+def digest(value: Any) -> str:
+    """A short stable hash of a JSON value (what a model step records instead of the prompt).
+
+    Model steps record the digest of the conversation so far (user, assistant and tool turns, not
+    the system prompt or instructions, which may say today's date): a replay that asks about a
+    different conversation at a recorded index is refused as nondeterministic by the ledger.
+    """
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def tool_effect(metadata: Mapping[str, Any] | None) -> tuple[str, EnforcedBy | None]:
+    """(effect, enforced_by) from a tool's metadata: a write enforced by nobody unless marked.
+
+    `{"effect": "read"}` marks a read; `{"enforced_by": "tool"}` a write whose tool honours
+    `step_key()`; `{"enforced_by": "ledger"}` one that calls the ledger's gateway with it.
+    """
+    metadata = metadata or {}
+    effect = metadata.get("effect", "write")
+    if effect not in ("read", "write"):
+        raise ValueError(f"tool metadata effect must be 'read' or 'write', not {effect!r}")
+    if effect == "read":
+        return "read", None
+    enforced_by = metadata.get("enforced_by", "nobody")
+    if enforced_by not in ("ledger", "tool", "nobody"):
+        raise ValueError(f"enforced_by must be 'ledger', 'tool' or 'nobody', not {enforced_by!r}")
+    return "write", enforced_by
+
+
+def journal_tool(
+    run: Run,
+    name: str,
+    arguments: dict[str, Any],
+    execute: Callable[[], Any],
+    *,
+    effect: str,
+    enforced_by: EnforcedBy | None,
+    result_to_json: Callable[[Any], Any] | None = None,
+) -> Any:
+    """One tool call as one step: `execute()` runs at most once per recorded step.
+
+    `arguments` must already be journalable. The result is stored as JSON (`result_to_json`
+    converts framework objects first); the recorded JSON is what a replay returns.
+    """
+
+    def call(idempotency_key: str | None = None, **_: Any) -> Any:
+        with _keyed(idempotency_key):
+            result = execute()
+        try:
+            return to_json(result, result_to_json)
+        except (TypeError, ValueError):
+            # the effect happened: record what we can say about it rather than an error step
+            return {"repr": repr(result)[:2000]}
+
+    if effect == "read":
+        return run.tool(name, arguments, effect="read", fn=lambda **_: call(None))
+    return run.tool(name, arguments, effect="write", enforced_by=enforced_by, fn=call)

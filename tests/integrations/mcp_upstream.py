@@ -1,0 +1,71 @@
+"""A small upstream MCP server (stdio) for the proxy tests, written with the `mcp` package.
+
+`lookup` is annotated read-only; `append` writes a line to WORK_DIR/effects.txt, `append_keyed`
+too but once per idempotency key (the proxy sends it in `_meta`). Every call is
+counted in WORK_DIR/upstream_calls.txt. Over stdio it records its parent's pid (the proxy) in proxy.pid; with UPSTREAM_HTTP_PORT it
+serves streamable HTTP instead.
+UPSTREAM_KILL_PROXY_INSIDE=<tool> SIGKILLs the proxy right after the effect (before the proxy
+can journal the outcome); UPSTREAM_DIE_INSIDE=<tool> makes this server exit there instead.
+"""
+
+import os
+import signal
+from pathlib import Path
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp_types import ToolAnnotations
+
+WORK = Path(os.environ["WORK_DIR"])
+server = MCPServer("files")
+
+
+def count(name: str) -> None:
+    with open(WORK / "upstream_calls.txt", "a") as calls:
+        calls.write(f"{name}\n")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def lookup(ticket: str) -> str:
+    """Look a ticket up."""
+    count("lookup")
+    return f"{ticket}: open"
+
+
+def crash_points(name: str) -> None:
+    if os.environ.get("UPSTREAM_KILL_PROXY_INSIDE") == name:
+        os.kill(os.getppid(), signal.SIGKILL)
+    if os.environ.get("UPSTREAM_DIE_INSIDE") == name:
+        os._exit(1)
+
+
+@server.tool()
+def append(line: str) -> str:
+    """Append a line to the refunds file."""
+    count("append")
+    with open(WORK / "effects.txt", "a") as effects:
+        effects.write(f"{line}\n")
+    crash_points("append")
+    return f"appended {line}"
+
+
+@server.tool()
+def append_keyed(line: str, ctx: Context) -> str:
+    """Append a line once per idempotency key (the proxy's `_meta` key), like a keyed API."""
+    count("append_keyed")
+    key = (ctx.request_context.meta or {}).get("agentledger/idempotency_key")
+    path = WORK / "effects.txt"
+    seen = path.read_text().splitlines() if path.exists() else []
+    if f"{line} {key}" not in seen:
+        with open(path, "a") as effects:
+            effects.write(f"{line} {key}\n")
+    crash_points("append_keyed")
+    return f"appended {line}"
+
+
+if __name__ == "__main__":
+    if os.environ.get("UPSTREAM_HTTP_PORT"):  # streamable HTTP at http://127.0.0.1:PORT/mcp
+        server.run("streamable-http", host="127.0.0.1", port=int(os.environ["UPSTREAM_HTTP_PORT"]))
+    else:
+        (WORK / "proxy.pid").write_text(str(os.getppid()))
+        server.run()

@@ -1,0 +1,129 @@
+"""The README's integration examples are real code: each runs as written against the ledger."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runs.models import Run
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def readme_example(heading: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[
+        text.index("## Framework integrations") : text.index("<!-- section: integrations -->")
+    ]
+    part = section[section.index(heading) :]
+    match = re.search(r"```python\n(.*?)```", part, re.S)
+    assert match, f"no python example under {heading}"
+    return match.group(1)
+
+
+def run_example(heading: str, ledger_server: str, token: str) -> None:
+    code = readme_example(heading)
+    assert len(code.strip().splitlines()) <= 24
+    code = code.replace("http://ledger:8000", ledger_server)
+    exec(compile(code, "README.md", "exec"), {"token": token})  # noqa: S102
+
+
+def test_pydantic_ai_example(ledger_server: str, worker_token: str, transactional_db: Any) -> None:
+    run_example("### PydanticAI", ledger_server, worker_token)
+    run = Run.objects.get(agent="refunds", external_id="order-A-1")
+    assert run.status == "completed"
+    steps = list(run.steps.order_by("index").values_list("kind", "name", "effect"))
+    assert ("tool", "lookup", "read") in steps
+    assert ("tool", "refund", "write") in steps
+    assert steps[0][0] == "model" and steps[-1][0] == "model"
+    assert run.steps.get(name="refund").enforced_by == "nobody"
+
+
+def test_openai_agents_example(
+    ledger_server: str, worker_token: str, transactional_db: Any, tmp_path: Path
+) -> None:
+    example = tmp_path / "example.py"
+    example.write_text(
+        readme_example("### OpenAI Agents SDK").replace("http://ledger:8000", ledger_server)
+    )
+    runner = tmp_path / "runner.py"
+    runner.write_text(
+        "import sys\n"
+        "import agents  # the SDK, before the repository root (our Django app `agents`) joins\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from tests.integrations.openai_agents_agent import ScriptedModel\n"
+        'model = ScriptedModel([("lookup", {"order": "A-1"}), ("refund", {"order": "A-1"})],'
+        ' "Refunded A-1.")\n'
+        f"token = {worker_token!r}\n"
+        f"exec(compile(open({str(example)!r}).read(), 'README.md', 'exec'))\n"
+    )
+    env = {**os.environ, "WORK_DIR": str(tmp_path), "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    done = subprocess.run(
+        [sys.executable, str(runner)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    run = Run.objects.get(agent="refunds-openai", external_id="order-A-1")
+    assert run.status == "completed" and run.output == "Refunded A-1."
+    steps = list(run.steps.order_by("index").values_list("kind", "name", "effect"))
+    assert steps == [
+        ("model", "model:ScriptedModel", "read"),
+        ("tool", "lookup", "read"),
+        ("model", "model:ScriptedModel", "read"),
+        ("tool", "refund", "write"),
+        ("model", "model:ScriptedModel", "read"),
+    ]
+
+
+def test_langgraph_example(
+    ledger_server: str,
+    worker_token: str,
+    transactional_db: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.integrations import _agent_kit
+    from tests.integrations.langgraph_agent import ScriptedChatModel
+
+    monkeypatch.setattr(_agent_kit, "WORK", tmp_path)  # where it counts model calls
+
+    chat_model = ScriptedChatModel(calls=[("refund", {"order": "A-1"})], answer="Refunded A-1.")
+    code = readme_example("### LangGraph").replace("http://ledger:8000", ledger_server)
+    assert len(code.strip().splitlines()) <= 24
+    exec(compile(code, "README.md", "exec"), {"token": worker_token, "chat_model": chat_model})  # noqa: S102
+    run = Run.objects.get(agent="refunds-langgraph", external_id="order-A-1")
+    assert run.status == "completed" and run.output == "Refunded A-1."
+    steps = list(run.steps.order_by("index").values_list("kind", "name", "effect", "enforced_by"))
+    assert steps == [
+        ("model", "model:ScriptedChatModel", "read", None),
+        ("tool", "refund", "write", "nobody"),
+        ("model", "model:ScriptedChatModel", "read", None),
+    ]
+
+
+def test_mcp_proxy_example(
+    ledger_server: str,
+    worker_token: str,
+    transactional_db: Any,
+    tmp_path: Path,
+) -> None:
+    code = readme_example("### MCP gateway").replace("http://ledger:8000", ledger_server)
+    assert len(code.strip().splitlines()) <= 24
+    # the console script and the example's upstream server, as this checkout provides them
+    upstream = ROOT / "tests" / "integrations" / "mcp_upstream.py"
+    code = code.replace("python files_server.py", f"{sys.executable} {upstream}")
+    code = code.replace(
+        'command="agentledger",\n    args=["mcp",',
+        f'command={sys.executable!r}, cwd={str(ROOT)!r},\n    args=["-m", "agentledger", "mcp",',
+    )
+    code = code.replace('env={"LEDGER_URL"', f'env={{"WORK_DIR": {str(tmp_path)!r}, "LEDGER_URL"')
+    exec(compile(code, "README.md", "exec"), {"token": worker_token})  # noqa: S102
+    run = Run.objects.get(agent="desk", external_id="ticket-42")
+    assert run.status == "completed"
+    steps = list(run.steps.order_by("index").values_list("name", "effect", "enforced_by"))
+    assert steps == [("files/lookup", "read", None), ("files/append", "write", "nobody")]
+    assert (tmp_path / "effects.txt").read_text() == "refund T-1\n"
