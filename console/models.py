@@ -11,7 +11,8 @@ class RunDay(models.Model):
 
     A cache, never a record: `run_days_refresh` deletes and recomputes whole days from runs_run,
     so a run that changes status after its day was rolled up is counted right at the next
-    refresh. Today is never rolled up (the overview reads it live).
+    refresh. Today's row holds the runs created before `refreshed_at`; the overview reads the
+    later ones live.
     """
 
     day = models.DateField()

@@ -6,6 +6,7 @@ recovery events by `event_recovery_at_idx` and failing steps by `step_error_outc
 (partial indexes, migration runs 0006), the review queue by `step_unknown_idx`.
 """
 
+import math
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -17,10 +18,11 @@ from django.db.models import Max
 
 from console.models import RunDay
 from console.rollup import day_start
-from review.selectors import waiting_count
+from review.selectors import review_runs_without_unknown
 from review.services import sla_seconds
 from runs import clock
-from runs.constants import RunStatus
+from runs.constants import RunStatus, StepState
+from runs.models import Step
 
 CHART_W = 560
 CHART_H = 180
@@ -66,23 +68,23 @@ def _runs_by_day(since: datetime) -> tuple[list[tuple[Any, ...]], datetime | Non
     """(day, agent, status, runs, tokens, cost, recoveries) rows since `since`, and when the
     rolled-up part was computed (None: all live).
 
-    Complete days the last rollup covered come from console_runday (a few hundred rows); the
-    days since it (today, and yesterday until beat's next refresh) and any older than its range
-    are read live from runs_run.
+    The runs the last rollup covered (its days up to the moment it ran) come from console_runday
+    (a few hundred rows); the runs created since, and days older than its range, are read live
+    from runs_run.
     """
     far_future = since + timedelta(days=36500)
     rolled_at = RunDay.objects.aggregate(latest=Max("refreshed_at"))["latest"]
     if rolled_at is None:
         return _rows(_LIVE_RUNS, [since, far_future]), None
-    rolled_to = rolled_at.astimezone(UTC).date()  # exclusive: that day was not complete
-    rolled_from = rolled_to - timedelta(days=int(getattr(settings, "CONSOLE_ROLLUP_DAYS", 31)))
+    rolled_day = rolled_at.astimezone(UTC).date()
+    rolled_from = rolled_day - timedelta(days=int(getattr(settings, "CONSOLE_ROLLUP_DAYS", 31)))
     rows = [
         (r.day, r.agent, r.status, r.runs, r.tokens, r.cost_usd, r.recoveries)
-        for r in RunDay.objects.filter(day__gte=max(since.date(), rolled_from), day__lt=rolled_to)
+        for r in RunDay.objects.filter(day__gte=max(since.date(), rolled_from))
     ]
     if since.date() < rolled_from:
         rows += _rows(_LIVE_RUNS, [since, day_start(rolled_from)])
-    rows += _rows(_LIVE_RUNS, [max(since, day_start(rolled_to)), far_future])
+    rows += _rows(_LIVE_RUNS, [max(since, rolled_at), far_future])
     return rows, rolled_at
 
 
@@ -125,14 +127,8 @@ def overview(*, days: int = 14) -> dict[str, Any]:
             }
 
     sla = sla_seconds()
-    queue = _rows(
-        "SELECT count(*), "
-        "percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM %s - intent_at)), "
-        "percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM %s - intent_at)), "
-        "count(*) FILTER (WHERE intent_at < %s) "
-        "FROM runs_step WHERE state = 'unknown'",
-        [now, now, now - timedelta(seconds=sla)],
-    )[0]
+    queue = _queue_ages(now, sla)
+    crash_loops = review_runs_without_unknown().count()
     failing = _rows(
         "SELECT name, coalesce(result->'error'->>'code', result->'error'->>'type', "
         "result->>'error', result->>'code', '(no code)') AS error, count(*) "
@@ -150,14 +146,38 @@ def overview(*, days: int = 14) -> dict[str, Any]:
         "tokens_chart": _lines_chart(tokens_by_agent, w.days),
         "agent_rows": _agent_rows(tokens_by_agent, cost_by_agent),
         "queue": {
-            "depth": waiting_count(),
-            "unknown": int(queue[0]),
-            "p50": _seconds_text(queue[1]),
-            "p95": _seconds_text(queue[2]),
-            "breaches": int(queue[3]),
+            "depth": queue["unknown"] + crash_loops,  # review.selectors.waiting_count
+            "unknown": queue["unknown"],
+            "p50": _seconds_text(queue["p50"]),
+            "p95": _seconds_text(queue["p95"]),
+            "breaches": queue["breaches"],
             "sla_minutes": sla // 60,
         },
         "failing": [{"name": n, "error": e, "count": c} for n, e, c in failing],
+    }
+
+
+def _queue_ages(now: datetime, sla: int) -> dict[str, Any]:
+    """Unknown steps: how many, the age p50/p95 (nearest rank) and how many are past the SLA.
+
+    Read along step_unknown_idx (intent_at, oldest first): a count, two single-row probes at
+    the ranks' offsets and a range count, instead of sorting every waiting step's age.
+    """
+    unknown = Step.objects.filter(state=StepState.UNKNOWN)
+    n = unknown.count()
+
+    def age_at_rank(q: float) -> float | None:
+        if not n:
+            return None
+        offset = n - math.ceil(q * n)  # the k-th youngest is the (n-k)-th oldest
+        at = unknown.order_by("intent_at").values_list("intent_at", flat=True)[offset]
+        return (now - at).total_seconds()
+
+    return {
+        "unknown": n,
+        "p50": age_at_rank(0.5),
+        "p95": age_at_rank(0.95),
+        "breaches": unknown.filter(intent_at__lt=now - timedelta(seconds=sla)).count() if n else 0,
     }
 
 

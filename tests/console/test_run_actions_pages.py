@@ -163,3 +163,18 @@ def test_the_transcript_timeline_marks_the_crash_and_13_replayed_steps(client_fo
     assert 'class="tl-mark tl-crash"' in html and 'class="tl-mark tl-recovery"' in html
     assert 'id="conversation"' in html
     assert Step.objects.filter(run=run).count() == 20
+
+
+def test_the_timeline_refreshes_with_the_live_part_while_the_run_is_live(
+    client_for: Any,
+) -> None:
+    run, epoch = journalled_run(2)
+    client = client_for(SUPERVISORS)
+    live = client.get(f"/runs/{run.pk}/?part=live", HTTP_HX_REQUEST="true")
+    assert live.status_code == 200 and b'id="timeline"' in live.content
+    assert live.content.count(b'class="tl-step') == 2
+    from tests.console.factories import write_step
+
+    write_step(run.pk, epoch, 2)
+    again = client.get(f"/runs/{run.pk}/?part=live", HTTP_HX_REQUEST="true")
+    assert again.content.count(b'class="tl-step') == 3
