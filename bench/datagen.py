@@ -199,7 +199,7 @@ def _run(
     lease_worker = worker if status == "running" else N
     lease_exp = (finished + timedelta(days=365)).isoformat() if status == "running" else N
     runs_out.append(
-        f'{run_id}\t{agent}\tticket-{i}\t{{"ticket":{i}}}\t{output}\t{error}\t{status}\t{reason}\t50\t1000000\t{N}\t86400\t5\t{steps}\t{tokens}\t{steps * 0.0001:.6f}\t0\t{(created_at + timedelta(days=1)).isoformat()}\t{steps}\t{lease_worker}\t{lease_exp}\t30\t1\t1\t{chain.seq}\t{chain.head}\t{created_at.isoformat()}\t{finished.isoformat()}\t{finished.isoformat() if final else N}\t{N}\n'
+        f'{run_id}\t{agent}\tticket-{i}\t{{"customer":"customer-{i}@example.com","ticket":{i}}}\t{output}\t{error}\t{status}\t{reason}\t50\t1000000\t{N}\t86400\t5\t{steps}\t{tokens}\t{steps * 0.0001:.6f}\t0\t{(created_at + timedelta(days=1)).isoformat()}\t{steps}\t{lease_worker}\t{lease_exp}\t30\t1\t1\t{chain.seq}\t{chain.head}\t{created_at.isoformat()}\t{finished.isoformat()}\t{finished.isoformat() if final else N}\t{N}\n'
     )
 
 

@@ -213,9 +213,24 @@ def _dashboard(ctx: Ctx, url: str) -> None:
         ).fetchone()
         transcript_run = str(row[0]) if row else None
         unknown = conn.execute("SELECT count(*) FROM runs_step WHERE state = 'unknown'").fetchone()
+        oldest = conn.execute(
+            "SELECT run_id, index FROM runs_step WHERE state = 'unknown' ORDER BY intent_at LIMIT 1"
+        ).fetchone()
+        middle = conn.execute(
+            "SELECT id, external_id FROM runs_run ORDER BY created_at OFFSET "
+            "(SELECT count(*) / 2 FROM runs_run) LIMIT 1"
+        ).fetchone()
     pages = {"runs list (/)": "/", "review queue (/queue/)": "/queue/"}
     if transcript_run:
         pages["20-step transcript (/runs/<id>/)"] = f"/runs/{transcript_run}/"
+    if oldest:
+        pages["review item (/queue/<id>/<index>/)"] = f"/queue/{oldest[0]}/{oldest[1]}/"
+    if middle:
+        # the runs page's search (review.selectors._search), each through its index
+        number = str(middle[1]).rsplit("-", 1)[-1]
+        pages["search: short id (/?q=<8 hex>)"] = f"/?q={str(middle[0])[:8]}"
+        pages["search: part of an external id (/?q=ticket-N)"] = f"/?q=ticket-{number}"
+        pages["search: part of a customer address"] = f"/?q=customer-{number}@exa"
     samples_n = ctx.size["page_samples"]
     with httpx.Client(
         base_url=url, cookies={name: key}, timeout=60, follow_redirects=False

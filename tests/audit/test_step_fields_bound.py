@@ -136,3 +136,39 @@ def test_a_fork_and_a_cancelled_run_pass_all_four_checks_and_an_edited_copy_is_n
     named = "step 2 resolution "
     assert named in _verify_journal(str(fork.pk))[1]
     assert any(named in p for p in _export_problems(str(fork.pk), tmp_path))
+
+
+def test_runs_that_used_approvals_pass_all_four_checks_and_an_edit_is_named(
+    db: Any, tmp_path: Path
+) -> None:
+    """Approved (two people), denied and expired steps: verify_journal, Verify, the checkpoint
+    job and the offline export verifier all replay the approval events; a denial's note edited
+    in the database is named."""
+    from runs import clock
+    from runs.models import ApprovalRequest
+    from runs.services import approvals_expire_due, step_approve, step_deny
+    from tests.review.factories import run_awaiting_approval
+
+    approved = run_awaiting_approval(agent="a1", approvals=2)
+    step_approve(run_id=approved.run_id, index=1, by="sam")
+    step_approve(run_id=approved.run_id, index=1, by="kim")
+    denied = run_awaiting_approval(agent="a2")
+    step_deny(run_id=denied.run_id, index=1, by="sam", note="wrong customer")
+    expired = run_awaiting_approval(agent="a3", expires_after_seconds=600)
+    ApprovalRequest.objects.filter(step__run_id=expired.run_id).update(expires_at=clock.now())
+    assert approvals_expire_due() == 1
+    runs = [approved.run_id, denied.run_id, expired.run_id]
+    for run_id in runs:
+        assert _verify_journal(run_id)[0] == 0
+        assert "The chain holds" in _dashboard_verify(run_id)
+    assert checkpoint_create().checkpoint is not None
+    for run_id in runs:
+        assert _export_problems(run_id, tmp_path) == []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_step SET resolution_note = 'approved after all' "
+            "WHERE run_id = %s AND index = 1",
+            [denied.run_id],
+        )
+    code, out = _verify_journal(denied.run_id)
+    assert code == 1 and "step 1 resolution" in out, out

@@ -269,3 +269,76 @@ def test_a_supervisor_decides_five_emails_at_once(browser, review_server):
     assert page.locator("#queue-empty").is_visible()
     assert all(item.step.state == StepState.DONE for item in items)
     assert AuditEntry.objects.filter(action="step.resolve.sent").count() == 5
+
+
+def test_an_admin_sets_up_a_webhook_and_an_escalation_reaches_it_signed_after_a_500(
+    browser, review_server, settings, monkeypatch
+):
+    import hashlib
+    import hmac
+    import http.server
+    import json
+    import threading
+
+    from review import services as desk
+    from review.models import WebhookDelivery
+    from review.tasks import deliver_webhook
+    from runs.models import Step
+    from tests.review.factories import killed_support_run
+
+    received: list[tuple[bytes, str]] = []
+    answers = [500]
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((body, self.headers["X-Agent-Ledger-Signature"]))
+            self.send_response(answers.pop(0) if answers else 200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hook = f"http://127.0.0.1:{server.server_address[1]}/slack"
+    try:
+        base = review_server
+        user_in(ADMINS, "ada")
+        page = _login(browser, base, "ada")
+        item = killed_support_run()
+        page.goto(f"{base}/queue/")
+        assert page.locator("#nobody-notified").is_visible()
+        page.click("text=Set up notifications")
+        page.fill("input[name=url]", "ftp://hooks.example/x")
+        page.fill("input[name=secret]", "s3cret")
+        page.click("#webhook-form button[type=submit]")
+        assert "starts with http:// or https://" in page.locator("main").inner_text()
+        page.fill("input[name=url]", hook)
+        page.fill("input[name=secret]", "s3cret")
+        page.click("#webhook-form button[type=submit]")
+        page.wait_for_url(f"{base}/notifications/")
+        assert hook in page.locator("#webhooks").inner_text()
+        shot(page, "notifications")
+        page.goto(f"{base}/queue/")
+        assert page.locator("#nobody-notified").count() == 0
+
+        settings.REVIEW_SLA_SECONDS = 60
+        Step.objects.filter(run_id=item.run_id, index=2).update(
+            intent_at=clock.now() - timedelta(minutes=5)
+        )
+        queued: list[int] = []  # the task is run below, not sent to a shared broker
+        monkeypatch.setattr(deliver_webhook, "delay_on_commit", queued.append)
+        assert desk.review_items_escalate() == 1
+        delivery = WebhookDelivery.objects.get()
+        assert queued == [delivery.pk]
+        # what the Celery worker does: the 500 fails the first attempt, the retry lands
+        with pytest.raises(desk.WebhookFailed):
+            desk.webhook_deliver(delivery_id=delivery.pk)
+        assert deliver_webhook.apply(args=(delivery.pk,)).get() is True
+        assert len(received) == 2
+        body, signature = received[-1]
+        assert signature == "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+        assert f"/queue/{item.run_id}/2/" in json.loads(body)["text"]
+    finally:
+        server.shutdown()

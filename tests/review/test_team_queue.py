@@ -198,3 +198,24 @@ def test_after_a_decision_the_whole_item_page_shows_the_new_state(groups: Any) -
     body = response.content.decode()
     assert 'id="item-run-status" class="badge s-running" hx-swap-oob="true">running<' in body
     assert 'id="evidence-summary"' in body and "now done" in body
+
+
+def test_the_queue_costs_the_same_queries_for_2_and_8_items_of_both_kinds(groups: Any) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = _client(SUPERVISORS, "sam")
+
+    def count() -> int:
+        client.get("/queue/")
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get("/queue/").status_code == 200
+        return len(ctx.captured_queries)
+
+    killed_support_run()
+    run_awaiting_approval(agent="a0")
+    small = count()
+    for n in range(3):
+        killed_support_run()
+        run_awaiting_approval(agent=f"a{n + 1}")
+    assert count() == small

@@ -244,3 +244,28 @@ def test_the_replay_binds_approval_events() -> None:
     replay.feed(seq=4, type="step_denied", payload={"index": 0, "by": "b", "note": "n"}, at="t3")
     assert replay.steps[0].state == "denied"
     assert replay.steps[0].resolution == {"action": "deny", "by": "b", "note": "n", "at": "t3"}
+
+
+def test_the_drf_view_answers_202_too_when_the_lean_path_declines(
+    api: APIClient, rule: ApprovalRule
+) -> None:
+    """The lean path declines anything unusual (here the epoch as a string, which DRF accepts);
+    the kernel decides either way, and both doors say 202."""
+    journal = JournalClient(api)
+    run_id = journal.create()["id"]
+    epoch = journal.lease(run_id).json()["epoch"]
+    body = {
+        "epoch": str(epoch),
+        "index": 0,
+        "kind": "tool",
+        "name": "email.send",
+        "effect": "write",
+        "enforced_by": "nobody",
+        "arguments": EMAIL,
+    }
+    answer = api.post(f"/api/v1/runs/{run_id}/steps/", body)
+    assert answer.status_code == 202, answer.content
+    assert answer.json()["state"] == "awaiting_approval"
+    services.step_deny(run_id=run_id, index=0, by="sam", note="no")
+    refused = api.post(f"/api/v1/runs/{run_id}/steps/", body)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "approval_denied"
