@@ -11,7 +11,8 @@ import asyncio
 import contextvars
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -97,6 +98,55 @@ def digest(value: Any) -> str:
     """
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+# how long a tool call waits for an earlier call of the same response that has not started
+ORDER_WAIT_SECONDS = 10.0
+
+
+class CallOrder:
+    """Lets one model response's tool calls into the journal one at a time, in the model's order.
+
+    Frameworks run a response's tool calls concurrently (a thread pool, `asyncio.gather`); the
+    journal's indices must not depend on which one wins, or a replay would meet different steps
+    at recorded indices. Each call waits until every earlier call of the response is journalled.
+    An earlier call the framework has not even started after `ORDER_WAIT_SECONDS` is taken as
+    never coming (it skipped it: an approval, a guardrail) and no longer waited for; one that
+    has started is always waited for, however slow.
+    Blocking: call `wait_for` from a worker thread, never on an event loop.
+    """
+
+    def __init__(self) -> None:
+        self.pending: list[str] = []
+        self.arrived: set[str] = set()  # calls the framework has started (waiting or running)
+        self.turn = threading.Condition()
+
+    def expect(self, call_ids: Iterable[str]) -> None:
+        with self.turn:
+            self.pending = [str(call_id) for call_id in call_ids]
+            self.arrived = set()
+            self.turn.notify_all()
+
+    def _my_turn(self, call_id: str) -> bool:
+        return call_id not in self.pending or self.pending[0] == call_id
+
+    def wait_for(self, call_id: str) -> None:
+        with self.turn:
+            self.arrived.add(call_id)
+            while not self.turn.wait_for(lambda: self._my_turn(call_id), ORDER_WAIT_SECONDS):
+                earlier = self.pending[: self.pending.index(call_id)]
+                never_coming = [other for other in earlier if other not in self.arrived]
+                for other in never_coming:
+                    self.pending.remove(other)
+                if never_coming:
+                    self.turn.notify_all()
+
+    def done(self, call_id: str) -> None:
+        with self.turn:
+            if call_id in self.pending:
+                self.pending.remove(call_id)
+            self.arrived.discard(call_id)
+            self.turn.notify_all()
 
 
 def tool_effect(metadata: Mapping[str, Any] | None) -> tuple[str, EnforcedBy | None]:

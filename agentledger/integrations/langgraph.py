@@ -37,6 +37,7 @@ from langgraph.prebuilt import ToolNode
 
 from agentledger._run import Run, current_run
 from agentledger.integrations._core import (
+    CallOrder,
     digest,
     journal_from_async,
     journal_tool,
@@ -44,41 +45,14 @@ from agentledger.integrations._core import (
     tool_effect,
 )
 
-
-class _Order:
-    """Lets one model message's tool calls into the journal one at a time, in its order.
-
-    ToolNode runs a message's tool calls in a thread pool; the journal's indices must not depend
-    on which thread wins.
-    """
-
-    def __init__(self) -> None:
-        self.pending: list[str] = []
-        self.turn = threading.Condition()
-
-    def expect(self, message: BaseMessage) -> None:
-        with self.turn:
-            self.pending = [str(call["id"]) for call in getattr(message, "tool_calls", None) or []]
-            self.turn.notify_all()
-
-    def wait_for(self, call_id: str) -> None:
-        with self.turn:
-            self.turn.wait_for(lambda: call_id not in self.pending or self.pending[0] == call_id)
-
-    def done(self, call_id: str) -> None:
-        with self.turn:
-            if call_id in self.pending:
-                self.pending.remove(call_id)
-            self.turn.notify_all()
-
-
-_orders: weakref.WeakKeyDictionary[Run, _Order] = weakref.WeakKeyDictionary()
+# one per run: a ToolNode journals the calls of the message its model step recorded last
+_orders: weakref.WeakKeyDictionary[Run, CallOrder] = weakref.WeakKeyDictionary()
 _orders_lock = threading.Lock()
 
 
-def _order(run: Run) -> _Order:
+def _order(run: Run) -> CallOrder:
     with _orders_lock:
-        return _orders.setdefault(run, _Order())
+        return _orders.setdefault(run, CallOrder())
 
 
 def _content(message: Any) -> Any:
@@ -118,7 +92,7 @@ class JournalledModel:
 
         recorded = run.model(call, name=f"model:{self.name}", **self._arguments(input))
         message = messages_from_dict([recorded["message"]])[0]
-        _order(run).expect(message)
+        _order(run).expect(str(call["id"]) for call in getattr(message, "tool_calls", None) or [])
         return message
 
     def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> BaseMessage:

@@ -22,7 +22,6 @@ SDK agents from a process that does not put the repository root first on `sys.pa
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -49,7 +48,13 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from pydantic import TypeAdapter
 
 from agentledger._run import EnforcedBy, Run
-from agentledger.integrations._core import digest, journal_from_async, journal_tool, journalable
+from agentledger.integrations._core import (
+    CallOrder,
+    digest,
+    journal_from_async,
+    journal_tool,
+    journalable,
+)
 
 _OUTPUT = TypeAdapter(list[TResponseOutputItem])
 
@@ -59,35 +64,6 @@ def _json_fallback(value: Any) -> Any:
     return dump(mode="json") if callable(dump) else str(value)
 
 
-class _Order:
-    """Lets a response's tool calls into the journal one at a time, in the model's order."""
-
-    def __init__(self) -> None:
-        self.tools: set[str] = set()  # the journalled tools' names (not handoffs, not hosted)
-        self.pending: list[str] = []
-        self.turn = asyncio.Condition()
-
-    def expect(self, response: ModelResponse) -> None:
-        self.pending = [
-            str(item.call_id)
-            for item in response.output
-            if getattr(item, "type", None) == "function_call"
-            and getattr(item, "name", None) in self.tools
-        ]
-
-    async def wait_for(self, call_id: str) -> None:
-        async with self.turn:
-            await self.turn.wait_for(
-                lambda: call_id not in self.pending or self.pending[0] == call_id
-            )
-
-    async def done(self, call_id: str) -> None:
-        async with self.turn:
-            if call_id in self.pending:
-                self.pending.remove(call_id)
-            self.turn.notify_all()
-
-
 class LedgerModel(Model):
     """A `Model` whose responses are journalled steps of `run` (replayed after a crash)."""
 
@@ -95,7 +71,8 @@ class LedgerModel(Model):
         self.model = model
         self.run = run
         self.name = name or getattr(model, "model", None) or type(model).__name__
-        self._order = _Order()
+        self._order = CallOrder()
+        self._tools: set[str] = set()  # the journalled tools' names (not handoffs, not hosted)
 
     async def get_response(
         self,
@@ -157,7 +134,12 @@ class LedgerModel(Model):
             ),
             response_id=recorded.get("response_id"),
         )
-        self._order.expect(response)
+        self._order.expect(
+            str(item.call_id)
+            for item in response.output
+            if getattr(item, "type", None) == "function_call"
+            and getattr(item, "name", None) in self._tools
+        )
         return response
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
@@ -178,18 +160,18 @@ def journal_function_tool(
 ) -> FunctionTool:
     """A copy of `tool` whose every invocation is one step of `model.run`."""
     invoke = tool.on_invoke_tool
-    model._order.tools.add(tool.name)
+    model._tools.add(tool.name)
 
     async def on_invoke_tool(ctx: Any, input_json: str) -> Any:
         call_id = str(getattr(ctx, "tool_call_id", ""))
-        await model._order.wait_for(call_id)
-        try:
-            parsed = json.loads(input_json or "{}")
-            arguments = journalable(
-                parsed if isinstance(parsed, dict) else {"input": parsed}, what="arguments"
-            )
+        parsed = json.loads(input_json or "{}")
+        arguments = journalable(
+            parsed if isinstance(parsed, dict) else {"input": parsed}, what="arguments"
+        )
 
-            def journal(await_on_loop: Callable[[Awaitable[Any]], Any]) -> Any:
+        def journal(await_on_loop: Callable[[Awaitable[Any]], Any]) -> Any:
+            model._order.wait_for(call_id)  # in the worker thread: the loop runs the others
+            try:
                 return journal_tool(
                     model.run,
                     tool.name,
@@ -199,10 +181,10 @@ def journal_function_tool(
                     enforced_by=None if effect == "read" else enforced_by,
                     result_to_json=_json_fallback,
                 )
+            finally:
+                model._order.done(call_id)
 
-            return await journal_from_async(journal)
-        finally:
-            await model._order.done(call_id)
+        return await journal_from_async(journal)
 
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 

@@ -2,11 +2,13 @@
 
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
-from agentledger.integrations import JournalError, step_key
-from agentledger.integrations._core import journalable, tool_effect
+from agentledger.integrations import JournalError, _core, step_key
+from agentledger.integrations._core import CallOrder, journalable, tool_effect
 from tests.conftest import ROOT
 
 
@@ -43,3 +45,35 @@ def test_importing_the_sdk_and_integrations_package_imports_no_framework() -> No
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def run_calls(order: CallOrder, call_ids: list[str], *, start: list[str]) -> list[str]:
+    """Start the calls in `start` order on threads; the order in which they got their turn."""
+    turns: list[str] = []
+
+    def call(call_id: str) -> None:
+        order.wait_for(call_id)
+        turns.append(call_id)
+        time.sleep(0.01)
+        order.done(call_id)
+
+    order.expect(call_ids)
+    threads = [threading.Thread(target=call, args=(call_id,)) for call_id in start]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.02)  # the later calls of the response start first
+    for thread in threads:
+        thread.join(timeout=10)
+    return turns
+
+
+def test_tool_calls_get_their_turn_in_the_order_the_model_asked() -> None:
+    assert run_calls(CallOrder(), ["a", "b", "c"], start=["c", "b", "a"]) == ["a", "b", "c"]
+
+
+def test_a_call_the_framework_never_starts_is_not_waited_for_forever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_core, "ORDER_WAIT_SECONDS", 0.2)
+    # "a" needed an approval and never ran: "b" and "c" go ahead, in order, once it is given up
+    assert run_calls(CallOrder(), ["a", "b", "c"], start=["c", "b"]) == ["b", "c"]
