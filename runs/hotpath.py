@@ -36,6 +36,7 @@ from runs.authentication import principal_for
 from runs.constants import Effect, EnforcedBy, StepKind
 from runs.observe import step_call
 from runs.representations import run_json, step_json
+from tools.gateway import gateway_step_run
 
 _KINDS = frozenset(StepKind.values)
 _EFFECTS = frozenset(Effect.values)
@@ -143,7 +144,7 @@ def _outcome(data: dict[str, Any]) -> dict[str, Any]:
 
 
 _INTENT_FIELDS = frozenset(
-    {"epoch", "index", "kind", "name", "effect", "enforced_by", "arguments", "outcome"}
+    {"epoch", "index", "kind", "name", "effect", "enforced_by", "arguments", "outcome", "invoke"}
 )
 
 
@@ -151,6 +152,7 @@ def _intent_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
     data = _only(data, _INTENT_FIELDS)
     kind, effect, enforced_by = data.get("kind"), data.get("effect"), data.get("enforced_by")
     arguments, outcome = data.get("arguments"), data.get("outcome")
+    invoke = data.get("invoke", False)
     if (
         not _choice(kind, _KINDS)
         or not _choice(effect, _EFFECTS)
@@ -158,8 +160,25 @@ def _intent_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
         or (effect == Effect.READ and enforced_by)
         or type(arguments) is not dict
         or (outcome is not None and effect == Effect.WRITE)
+        or type(invoke) is not bool
+        or (invoke and (outcome is not None or kind != StepKind.TOOL))
     ):
         raise Decline
+    if invoke:  # a gateway step in one call (tools.gateway): the same service as the DRF view
+        gateway = gateway_step_run(
+            run_id=run_id,
+            epoch=_int(data, "epoch", 0, MAX_EPOCH),
+            index=_int(data, "index", 0, MAX_STEP_INDEX),
+            name=_text(data, "name"),
+            effect=effect,
+            enforced_by=enforced_by,
+            arguments=arguments,
+            actor=actor,
+        )
+        body = step_json(gateway.step)
+        if gateway.budget_refusal is not None:
+            return _refusal(gateway.budget_refusal, {"step": body})
+        return HotAnswer(201 if gateway.created else 200, _dumps(body))
     result = services.step_intent_record(
         run_id=run_id,
         epoch=_int(data, "epoch", 0, MAX_EPOCH),
@@ -354,8 +373,11 @@ _REASONS = {
     200: "OK",
     201: "Created",
     202: "Accepted",
+    400: "Bad Request",
     404: "Not Found",
     409: "Conflict",
+    422: "Unprocessable Entity",
+    502: "Bad Gateway",
     503: "Unavailable",
 }
 

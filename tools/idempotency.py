@@ -208,7 +208,9 @@ def idempotency_reserve(
     table = connection.ops.quote_name(IdempotencyKey._meta.db_table)
     for _ in range(3):
         now = clock.now()
-        with transaction.atomic(), connection.cursor() as cursor:
+        # one statement, autocommitted: its own transaction without BEGIN/COMMIT round trips
+        # (ON CONFLICT DO NOTHING cannot fail half-way, so no savepoint is needed either)
+        with connection.cursor() as cursor:
             cursor.execute(
                 _RESERVE_SQL.format(table=table),
                 [key, tool, request_hash, KeyStatus.IN_PROGRESS, actor[:200], now, now],

@@ -209,3 +209,22 @@ def test_a_supervisor_retry_lets_the_same_key_execute_again(fake_clock: FakeCloc
     step.refresh_from_db()
     assert step.state == "done"
     assert chain_problems(run.pk) == []
+
+
+def test_an_execution_whose_outcome_was_not_recorded_is_recorded_by_the_next_invoke(
+    fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run moved on while the tool ran (its outcome was refused); the step's key replays its
+    stored response to the next invoke of the open intent, which records it then."""
+    run, step = _write_intent(EMAIL)
+    with monkeypatch.context() as refused:
+        refused.setattr("tools.registry.step_outcome_from_gateway", lambda **_: None)
+        sent = tool_invoke(name="email.send", arguments=EMAIL, idempotency_key=step.idempotency_key)
+    step.refresh_from_db()
+    assert step.state == "intent"
+    again = tool_invoke(name="email.send", arguments=EMAIL, idempotency_key=step.idempotency_key)
+    assert again.replayed and again.body == sent.body
+    step.refresh_from_db()
+    assert (step.state, step.result) == ("done", sent.body["result"])
+    assert OutboundEmail.objects.count() == 1
+    assert chain_problems(run.pk) == []
