@@ -185,3 +185,13 @@ def chain_problems(run_id: Any) -> list[str]:
     with suppress(SystemExit):
         call_command("verify_journal", run_id=str(run_id), stdout=out)
     return [line for line in out.getvalue().splitlines() if line.startswith("BROKEN")]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that use the session's Chromium run last, in their own order.
+
+    Playwright's sync API keeps an asyncio loop marked running in the main thread from the first
+    browser test on, and Django cannot call an async view (the run detail's `?wait=`) through the
+    test client from a thread whose loop is running: every other test goes first.
+    """
+    items.sort(key=lambda item: "browser" in getattr(item, "fixturenames", ()))
