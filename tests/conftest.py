@@ -172,6 +172,8 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 
 
 # one Chromium for the whole session: Playwright's sync API allows one per thread
+# the agents' real stack (fixed ports): registered once here, shared by every suite that uses it
+from tests.agents.fixtures import agent_ledger_url, desk, smtp_sink  # noqa: E402, F401
 from tests.review.browser import browser  # noqa: E402, F401  (fixture)
 
 

@@ -4,218 +4,31 @@ agent worker processes we SIGKILL, and a Celery worker on Redis DB 2.
 Ports come from this suite's range (8200-8299).
 """
 
-import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from email import message_from_bytes
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from aiosmtpd.controller import Controller
 
 from config.celery import app
-from runs.models import BudgetPolicy
-from runs.tokens import worker_token_create
-from tests.agents.ports import port_in_range
-from tests.conftest import ROOT, gunicorn_server
+from tests.agents.fixtures import (  # noqa: F401  (names the agent tests import from here)
+    LEDGER_PORT,
+    REDIS_URL,
+    SMTP_PORT,
+    AgentDesk,
+    AgentResult,
+    SmtpSink,
+    effects_for,
+    support_policy,
+)
+from tests.conftest import ROOT
 from tests.conftest import test_database_url as database_url
-from tools.models import KnowledgeArticle, OutboundEmail, Ticket
-
-LEDGER_PORT = port_in_range(8210, 8219)
-SMTP_PORT = port_in_range(8220, 8229)
-REDIS_URL = "redis://127.0.0.1:6379/2"
-
-
-class SmtpSink:
-    """Collects every message the local SMTP server receives."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        message = message_from_bytes(envelope.content)
-        with self._lock:
-            self.messages.append(
-                {
-                    "to": list(envelope.rcpt_tos),
-                    "subject": message["Subject"],
-                    "message_id": message["Message-ID"],
-                }
-            )
-        return "250 Message accepted for delivery"
-
-    def to(self, address: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return [m for m in self.messages if address in m["to"]]
-
-
-@pytest.fixture(scope="session")
-def smtp_sink() -> Iterator[SmtpSink]:
-    sink = SmtpSink()
-    controller = Controller(sink, hostname="127.0.0.1", port=SMTP_PORT)
-    controller.start()
-    try:
-        yield sink
-    finally:
-        controller.stop()
-
-
-@pytest.fixture(scope="session")
-def agent_ledger_url(
-    django_db_setup: Any, django_db_blocker: Any, smtp_sink: SmtpSink
-) -> Iterator[str]:
-    """gunicorn on the test database whose email backend talks to the local SMTP sink."""
-    env = {
-        "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-        "EMAIL_HOST": "127.0.0.1",
-        "EMAIL_PORT": str(SMTP_PORT),
-        "CELERY_BROKER_URL": REDIS_URL,
-    }
-    with gunicorn_server(port=LEDGER_PORT, env=env, log_name="agents-gunicorn") as url:
-        yield url
-
-
-@dataclass
-class AgentResult:
-    returncode: int
-    summary: dict[str, Any]
-    stderr: str
-    started_at: float
-    ended_at: float
-
-
-@dataclass
-class AgentDesk:
-    """Starts agent worker processes against the ledger, the way a pod would."""
-
-    url: str
-    token: str
-    smtp: SmtpSink
-    env: dict[str, str] = field(default_factory=dict)
-
-    def new_ticket(self) -> tuple[str, str]:
-        """A fresh inbound ticket id and customer address (so counts are per test)."""
-        tag = uuid.uuid4().hex[:10]
-        return f"T-{tag}", f"cust-{tag}@example.com"
-
-    def start(
-        self, ticket: str, customer: str, *, worker: str = "pod-1", args: str = "", **env: str
-    ) -> Any:
-        return subprocess.Popen(
-            self._argv(ticket, customer, worker) + args.split(),
-            cwd=ROOT,
-            env=self._env(env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def run(
-        self,
-        ticket: str,
-        customer: str,
-        *,
-        worker: str = "pod-1",
-        args: str = "",
-        timeout: float = 120,
-        **env: str,
-    ) -> AgentResult:
-        started = time.time()
-        proc = subprocess.run(
-            self._argv(ticket, customer, worker) + args.split(),
-            cwd=ROOT,
-            env=self._env(env),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        ended = time.time()
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-        summary = json.loads(lines[-1]) if lines else {}
-        return AgentResult(proc.returncode, summary, proc.stderr, started, ended)
-
-    def _argv(self, ticket: str, customer: str, worker: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "agents.support",
-            "--ticket",
-            ticket,
-            "--customer",
-            customer,
-            "--subject",
-            "Charged twice for my invoice",
-            "--body",
-            "My card was charged twice for invoice INV-2291. Please refund one charge.",
-            "--worker",
-            worker,
-        ]
-
-    def _env(self, extra: dict[str, str]) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("AGENT_CRASH", "AGENT_STOP", "AGENT_EMAIL"))
-        }
-        env.update(
-            {
-                "LEDGER_URL": self.url,
-                "LEDGER_TOKEN": self.token,
-                "EMAIL_HOST": "127.0.0.1",
-                "EMAIL_PORT": str(SMTP_PORT),
-                "PYTHONDONTWRITEBYTECODE": "1",
-            }
-        )
-        env.update(self.env)
-        env.update(extra)
-        return env
-
-
-def support_policy(**limits: Any) -> BudgetPolicy:
-    values = {
-        "max_steps": 20,
-        "max_tokens": 100_000,
-        "max_wall_seconds": 3600,
-        "max_cost_usd": None,
-        "max_recoveries": 3,
-        **limits,
-    }
-    policy, _ = BudgetPolicy.objects.update_or_create(
-        agent="support", defaults={"name": "support-policy", **values}
-    )
-    return policy
-
-
-@pytest.fixture
-def desk(agent_ledger_url: str, smtp_sink: SmtpSink, transactional_db: Any) -> AgentDesk:
-    """A worker token, the support agent's budget and a small knowledge base."""
-    _, token = worker_token_create(name="agents-test")
-    support_policy()
-    for slug, title, body in [
-        ("refunds", "Refunds for double charges", "Duplicate card charges are refunded in 5 days."),
-        ("invoices", "Reading your invoice", "Each invoice lists charges by date."),
-        ("passwords", "Resetting a password", "Reset links expire after one hour."),
-    ]:
-        KnowledgeArticle.objects.get_or_create(slug=slug, defaults={"title": title, "body": body})
-    return AgentDesk(url=agent_ledger_url, token=token, smtp=smtp_sink)
-
-
-def effects_for(desk: AgentDesk, customer: str) -> tuple[int, int, int]:
-    """(tickets, outbound emails, SMTP messages) for one customer."""
-    return (
-        Ticket.objects.filter(customer=customer).count(),
-        OutboundEmail.objects.filter(to=customer).count(),
-        len(desk.smtp.to(customer)),
-    )
 
 
 @pytest.fixture
