@@ -151,6 +151,7 @@ def event_prefix(actor: str, at: datetime) -> str:
 
 
 def money(value: Decimal) -> str:
+    """US dollars as the API shows them: a string with six decimals."""
     return f"{value:.6f}"
 
 

@@ -35,6 +35,7 @@ from runs.constants import (
 )
 from runs.kernel import (
     event_append,
+    money,
     run_move,
     step_move,
     transition,
@@ -45,11 +46,6 @@ from runs.recovery import key_state_lookup
 from runs.signals import run_resumable
 
 logger = logging.getLogger(__name__)
-
-
-def money(value: Decimal) -> str:
-    """US dollars as the API shows them: a string with six decimals."""
-    return f"{value:.6f}"
 
 
 # --- budgets --------------------------------------------------------------------------------
