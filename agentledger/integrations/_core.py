@@ -31,12 +31,16 @@ class JournalError(LedgerError):
 def step_key() -> str:
     """The idempotency key of the write step now executing (inside a journalled tool).
 
-    A tool marked `enforced_by="tool"` hands it to the system it writes to; one marked
-    `enforced_by="ledger"` passes it to `current_run().gateway(...)`.
+    A tool marked `enforced_by="tool"` hands it to the system it writes to. A tool marked
+    `enforced_by="ledger"` has no key of its own: each gateway call it makes is a step with its
+    own key (`current_run().tool(name, arguments)`).
     """
     key = _step_key.get()
     if key is None:
-        raise RuntimeError("step_key() is only set inside a journalled write tool")
+        raise RuntimeError(
+            "step_key() is only set inside a journalled write tool enforced by the tool itself "
+            "(a tool enforced by the ledger calls current_run().tool(name, arguments) instead)"
+        )
     return key
 
 
@@ -153,7 +157,8 @@ def tool_effect(metadata: Mapping[str, Any] | None) -> tuple[str, EnforcedBy | N
     """(effect, enforced_by) from a tool's metadata: a write enforced by nobody unless marked.
 
     `{"effect": "read"}` marks a read; `{"enforced_by": "tool"}` a write whose tool honours
-    `step_key()`; `{"enforced_by": "ledger"}` one that calls the ledger's gateway with it.
+    `step_key()`; `{"enforced_by": "ledger"}` one whose every effect is a call of the ledger's
+    own tools (`current_run().tool(name, arguments)`), each a gateway step of its own.
     """
     metadata = metadata or {}
     effect = metadata.get("effect", "write")
@@ -181,7 +186,17 @@ def journal_tool(
 
     `arguments` must already be journalable. The result is stored as JSON (`result_to_json`
     converts framework objects first); the recorded JSON is what a replay returns.
+
+    A write enforced by the ledger is not a step of its own: its effects are the ledger's tools,
+    which it calls with `current_run().tool(name, arguments)`, each one a gateway step (journalled
+    with its own key, run once by the ledger, recovered from that key after a crash). The ledger
+    refuses a key whose step is not the gateway tool itself, so a framework tool cannot lend its
+    key to a gateway call; instead it runs again after a restart and its gateway steps answer
+    from the journal (so it must do nothing but compute from what they return).
     """
+    if effect == "write" and enforced_by == "ledger":
+        with _keyed(None):
+            return execute()  # not journalled: the same value again after a restart
 
     def call(idempotency_key: str | None = None, **_: Any) -> Any:
         with _keyed(idempotency_key):

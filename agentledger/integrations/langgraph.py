@@ -18,8 +18,9 @@ no tokens), recorded tool calls their recorded result, and no recorded write run
 
 Tools say what they are in their LangChain `metadata`: `{"effect": "read"}`, or a write with
 `{"enforced_by": "tool"}` (honours `agentledger.integrations.step_key()`) or
-`{"enforced_by": "ledger"}` (passes that key to `current_run().gateway(...)`, the ledger's own
-tools); unmarked, a write enforced by nobody, so a crash inside it goes to the review queue.
+`{"enforced_by": "ledger"}` (its effects are the ledger's own tools, called with
+`current_run().tool(name, arguments)`, each a gateway step of its own); unmarked, a write
+enforced by nobody, so a crash inside it goes to the review queue.
 `@task` functions are journalled by decorating them with `agentledger.tool` under `@task`.
 """
 

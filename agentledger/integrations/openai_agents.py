@@ -10,8 +10,9 @@
 `journalled` clones the agent with its model wrapped in `LedgerModel` (each response a read step
 of kind `model`; a replay returns the recorded response, with its usage, without calling the model)
 and each `FunctionTool` wrapped so that its invocation is a step: a write enforced by nobody,
-unless named in `read=` or given `enforced_by={"name": "tool" | "ledger"}` (the tool then reads
-the step's key with `agentledger.integrations.step_key()`). The SDK runs a response's tool calls
+unless named in `read=` or given `enforced_by={"name": "tool" | "ledger"}` ("tool": it reads
+the step's key with `agentledger.integrations.step_key()`; "ledger": its effects are
+`current_run().tool(name, arguments)` calls of the ledger's tools, each a step of its own). The SDK runs a response's tool calls
 concurrently; the wrapper journals them one at a time in the order the model asked for them, so
 a replay sees the same indices. Agents listed in `handoffs` are journalled too (a `Handoff`
 object made with `handoff(...)` is not: its agent is not reachable before it is invoked).

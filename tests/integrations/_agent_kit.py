@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agentledger import Ledger, NeedsReview, Run, StepInfo, StopRun
+from agentledger import Ledger, NeedsReview, Run, StepInfo, StopRun, current_run
+from agentledger.integrations import step_key
 
 NEEDS_REVIEW_EXIT = 3
 # the test gives each agent process its own directory; never the current one (the checkout)
@@ -43,6 +44,21 @@ def append_effect(line: str, key: str | None = None) -> str:
     if os.environ.get("CRASH_INSIDE") == "append":
         die()
     return f"appended {line}"
+
+
+def append_tool(line: str, enforced_by: str) -> str:
+    """The agents' write tool, as its `enforced_by` mark says it is written.
+
+    nobody: appends a line; tool: appends it once per step key; ledger: the effect is one of
+    the ledger's own tools (a ticket, through the gateway, a step of its own).
+    """
+    if enforced_by != "ledger":
+        return append_effect(line, step_key() if enforced_by == "tool" else None)
+    arguments = {"customer": f"{EXTERNAL_ID}@example.com", "subject": line, "body": line}
+    made = current_run().tool("tickets.create", arguments)
+    if os.environ.get("CRASH_INSIDE") == "append":
+        die()  # the ticket is made and journalled; the framework's tool never returned
+    return f"ticket {made['ticket']['id']}"
 
 
 def crash_after(_run: Run, step: StepInfo) -> None:

@@ -9,16 +9,9 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from agentledger import Run, current_run
-from agentledger.integrations import step_key
+from agentledger import Run
 from agentledger.integrations.langgraph import journalled_model, journalled_tool_node
-from tests.integrations._agent_kit import (
-    EXTERNAL_ID,
-    append_effect,
-    count_model_call,
-    die,
-    main,
-)
+from tests.integrations._agent_kit import append_tool, count_model_call, main
 
 ENFORCED_BY = os.environ.get("APPEND_ENFORCED_BY", "nobody")
 
@@ -60,13 +53,7 @@ def lookup(ticket: str) -> str:
 @tool
 def append(line: str) -> str:
     """Append a line to the refunds file (or, enforced by the ledger, open a ticket for it)."""
-    if ENFORCED_BY == "ledger":  # one of the ledger's own tools, under the step's key
-        arguments = {"customer": f"{EXTERNAL_ID}@example.com", "subject": line, "body": line}
-        made = current_run().gateway("tickets.create", arguments, idempotency_key=step_key())
-        if os.environ.get("CRASH_INSIDE") == "append":
-            die()
-        return f"ticket {made['ticket']['id']}"
-    return append_effect(line, step_key() if ENFORCED_BY == "tool" else None)
+    return append_tool(line, ENFORCED_BY)
 
 
 lookup.metadata = {"effect": "read"}  # LangChain's own tool metadata says what a tool is

@@ -22,9 +22,8 @@ from agents import Agent, Model, ModelResponse, Runner, Usage, function_tool  # 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agentledger import Run
-from agentledger.integrations import step_key
 from agentledger.integrations.openai_agents import journalled
-from tests.integrations._agent_kit import append_effect, count_model_call, main
+from tests.integrations._agent_kit import append_tool, count_model_call, main
 
 ENFORCED_BY: Any = os.environ.get("APPEND_ENFORCED_BY", "nobody")
 
@@ -75,7 +74,7 @@ def lookup(ticket: str) -> str:
 
 @function_tool
 def append(line: str) -> str:
-    return append_effect(line, step_key() if ENFORCED_BY == "tool" else None)
+    return append_tool(line, ENFORCED_BY)
 
 
 SCRIPT = [("lookup", {"ticket": "T-1"}), ("append", {"line": "refund T-1"})]

@@ -8,9 +8,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from agentledger import Run
-from agentledger.integrations import step_key
 from agentledger.integrations.pydantic_ai import LedgerDurability
-from tests.integrations._agent_kit import append_effect, count_model_call, main
+from tests.integrations._agent_kit import append_tool, count_model_call, main
 
 ENFORCED_BY = os.environ.get("APPEND_ENFORCED_BY", "nobody")
 
@@ -38,7 +37,7 @@ def lookup(ticket: str) -> dict[str, str]:
 
 @agent.tool_plain(metadata={"enforced_by": ENFORCED_BY})
 def append(line: str) -> str:
-    return append_effect(line, step_key() if ENFORCED_BY == "tool" else None)
+    return append_tool(line, ENFORCED_BY)
 
 
 def body(run: Run) -> str:

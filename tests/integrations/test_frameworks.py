@@ -14,6 +14,7 @@ import pytest
 from runs.services import step_resolve
 from tests.integrations._agent_kit import NEEDS_REVIEW_EXIT
 from tests.integrations.conftest import SIGKILLED, AgentResult, AgentRun, Desk
+from tools.models import Ticket
 
 pytestmark = pytest.mark.slow
 
@@ -131,3 +132,30 @@ def test_kill_inside_a_key_honouring_tool_re_executes_it_under_the_same_key(
     assert step.enforced_by == "tool" and step.executions == 2
     assert run.effects == [f"refund T-1 {step.idempotency_key}"]  # the tool refused the repeat
     assert run.row.status == "completed"
+
+
+def test_kill_inside_a_tool_the_ledger_enforces_replays_its_gateway_step_with_one_ticket(
+    desk: Desk, framework: Framework
+) -> None:
+    # the tool's effect is the ledger's own tickets.create, a gateway step of its own
+    run = desk.new_run(framework.agent)
+    customer = f"{run.external_id}@example.com"
+    killed = framework.start(run, CRASH_INSIDE="append", APPEND_ENFORCED_BY="ledger")
+    assert killed.returncode == SIGKILLED, killed.stderr
+    assert Ticket.objects.filter(customer=customer).count() == 1
+    assert run.model_calls == 2
+
+    resumed = framework.start(run, APPEND_ENFORCED_BY="ledger")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.summary["replayed"] == 4 and resumed.summary["executed"] == 1
+    ticket = Ticket.objects.get(customer=customer)  # exactly one effect
+    step = run.step("tickets.create")
+    assert step.enforced_by == "ledger" and step.state == "done" and step.executions == 1
+    assert (step.result or {})["ticket"]["id"] == ticket.pk
+    assert ticket.created_by_key == step.idempotency_key
+    row = run.row
+    assert row.status == "completed" and row.output == "Refunded."
+    steps = list(row.steps.order_by("index").values_list("kind", "name"))
+    assert steps[3] == ("tool", "tickets.create")  # the framework tool is not a step itself
+    assert run.model_calls == 3  # the recorded responses were not asked for again
+    assert row.used_tokens == TOKENS

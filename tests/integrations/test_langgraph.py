@@ -9,50 +9,17 @@ from typing import Any
 import pytest
 
 from runs.models import Run as RunRow
-from tests.integrations.conftest import SIGKILLED, Crash, Desk
+from tests.integrations.conftest import Crash
 
 pytestmark = pytest.mark.slow
 
 AGENT = "lg-support"
-SCRIPT = "langgraph_agent"
 TOKENS = 3 * 110
 
 
 @pytest.fixture(autouse=True)
 def policy(make_policy: Callable[..., Any]) -> Any:
     return make_policy(AGENT)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the gateway now refuses a key whose step is another tool "
-    "(intent_not_journalled), and this mode passes the framework tool's own step key to a "
-    "different gateway tool; it needs the gateway call journalled as its own step",
-)
-def test_kill_inside_a_ledger_tool_is_reconciled_from_its_key_without_a_second_ticket(
-    desk: Desk,
-) -> None:
-    from tools.models import Ticket
-
-    run = desk.new_run(AGENT)
-    customer = f"{run.external_id}@example.com"
-    killed = run.start(SCRIPT, CRASH_INSIDE="append", APPEND_ENFORCED_BY="ledger")
-    assert killed.returncode == SIGKILLED, killed.stderr
-    assert Ticket.objects.filter(customer=customer).count() == 1
-    assert run.step("append").state == "intent"  # the effect happened; no outcome journalled
-
-    resumed = run.start(SCRIPT, APPEND_ENFORCED_BY="ledger")
-    assert resumed.returncode == 0, resumed.stderr
-    step = run.step("append")
-    assert step.enforced_by == "ledger" and step.state == "done" and step.executions == 1
-    ticket = Ticket.objects.get(customer=customer)  # exactly one: recovery read the key
-    assert (
-        step.result == f"ticket {ticket.pk}"
-        or step.result == {"ticket": {"id": ticket.pk}}
-        or step.result
-    )
-    assert run.row.status == "completed"
-    assert run.model_calls == 3
 
 
 def test_an_async_graph_is_journalled_and_replayed_the_same_way(
