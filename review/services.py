@@ -38,6 +38,7 @@ from runs.services import (
     step_resolve,
 )
 from runs.tokens import worker_token_create, worker_token_revoke
+from tools.models import McpTool, McpToolMark
 
 
 def claim_seconds() -> int:
@@ -508,6 +509,50 @@ def approval_rule_save(
             details={"before": before, "after": {f: getattr(target, f) for f in RULE_FIELDS}},
         )
         return target
+
+
+# --- MCP upstream tools --------------------------------------------------------------------------
+
+
+def mcp_tool_mark(*, user: AbstractBaseUser, tool_id: int, mark: str, note: str) -> McpTool:
+    """An admin says what an MCP upstream tool is: `read`, `write`, or "" (the upstream's hint
+    stands). Proxies honour it from their next `tools/list`; audited as `mcp_tool.mark`."""
+    if mark not in McpToolMark.values:
+        raise ApplicationError(
+            "validation_error",
+            f"A mark is one of {McpToolMark.values}.",
+            status_code=400,
+            details={"mark": [f"One of {McpToolMark.values}."]},
+        )
+    note = note.strip()
+    if not note:
+        raise ApplicationError(
+            "validation_error",
+            "Say why in a note.",
+            status_code=400,
+            details={"note": ["Required."]},
+        )
+    with transaction.atomic():
+        tool = McpTool.objects.select_for_update().get(pk=tool_id)
+        before = tool.mark
+        tool.mark = mark
+        tool.marked_by = user.get_username() if mark else ""
+        tool.marked_at = timezone.now() if mark else None
+        tool.save(update_fields=["mark", "marked_by", "marked_at"])
+        audit_record(
+            actor=user,
+            action="mcp_tool.mark",
+            target=f"mcp_tool:{tool.server}/{tool.name}",
+            note=note,
+            details={
+                "server": tool.server,
+                "tool": tool.name,
+                "read_only_hint": tool.read_only_hint,
+                "before": before,
+                "after": mark,
+            },
+        )
+    return tool
 
 
 # --- worker tokens -----------------------------------------------------------------------------

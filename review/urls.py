@@ -32,5 +32,7 @@ urlpatterns: list[URLPattern] = [
     path("policies/<int:policy_id>/", views.policy_edit, name="policy_edit"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke", views.token_revoke, name="token_revoke"),
+    path("mcp-tools/", views.mcp_tools, name="mcp_tools"),
+    path("mcp-tools/<int:tool_id>/mark", views.mcp_tool_mark, name="mcp_tool_mark"),
     path("audit-log/", views.audit_log, name="audit"),
 ]

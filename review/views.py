@@ -44,6 +44,7 @@ from runs.chain import run_chain_breaks
 from runs.constants import FINAL_STATUSES, LIVE_STATUSES, RunStatus, StepState
 from runs.models import ApprovalRule, BudgetPolicy, Event, Run, Step, WorkerToken
 from runs.services import budget_of
+from tools.models import McpTool, McpToolMark
 
 View = Callable[..., HttpResponse]
 
@@ -793,6 +794,43 @@ def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     else:
         messages.success(request, f"Token “{token.name}” ({token.prefix}…) revoked.")
     return HttpResponseRedirect(reverse("review:tokens"))
+
+
+# --- MCP upstream tools ---------------------------------------------------------------------------
+
+
+@require_GET
+@require_perm("manage_policies")
+def mcp_tools(request: HttpRequest) -> HttpResponse:
+    """The tools MCP proxies found upstream: the server's hint and the admins' mark on each."""
+    rows = list(McpTool.objects.order_by("server", "name"))
+    return render(
+        request,
+        "review/mcp_tools.html",
+        {"nav": "mcp_tools", "tools": rows, "marks": McpToolMark.choices},
+    )
+
+
+@require_POST
+@require_perm("manage_policies")
+def mcp_tool_mark(request: HttpRequest, tool_id: int) -> HttpResponse:
+    get_object_or_404(McpTool, pk=tool_id)
+    try:
+        tool = services.mcp_tool_mark(
+            user=request.user,  # type: ignore[arg-type]
+            tool_id=tool_id,
+            mark=request.POST.get("mark", ""),
+            note=request.POST.get("note", ""),
+        )
+    except ApplicationError as exc:
+        messages.error(request, _error_text(exc))
+    else:
+        messages.success(
+            request,
+            f"{tool.server}/{tool.name} is now treated as a {tool.effect}; "
+            "proxies honour it from their next tools/list.",
+        )
+    return HttpResponseRedirect(reverse("review:mcp_tools"))
 
 
 # --- audit log ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from runs.api_errors import ApplicationError
 from runs.apis import ErrorSerializer
 from runs.authentication import actor_of
 from tools.idempotency import REPLAYED_HEADER, idempotency_key_state, key_is_well_formed
+from tools.mcp_tools import mcp_tools_report
 from tools.registry import key_check_visible, tool_invoke, tools_list
 
 
@@ -130,6 +131,48 @@ class ToolInvokeApi(APIView):
         return Response(
             outcome.body, status=outcome.status_code, headers=outcome.response_headers()
         )
+
+
+class McpToolsReportApi(APIView):
+    @extend_schema_serializer(component_name="McpToolsReportInput")
+    class InputSerializer(serializers.Serializer):
+        @extend_schema_serializer(component_name="McpToolReported")
+        class ToolSerializer(serializers.Serializer):
+            name = serializers.CharField(max_length=200)
+            read_only_hint = serializers.BooleanField(default=False)
+
+        server = serializers.CharField(max_length=200, help_text="The upstream server's name.")
+        tools = ToolSerializer(many=True, max_length=1000)  # type: ignore[call-arg]
+
+    @extend_schema_serializer(component_name="McpToolsReportOutput")
+    class OutputSerializer(serializers.Serializer):
+        @extend_schema_serializer(component_name="McpToolMarked")
+        class ToolSerializer(serializers.Serializer):
+            name = serializers.CharField()
+            read_only_hint = serializers.BooleanField()
+            mark = serializers.CharField(
+                help_text="An admin's word (dashboard): `read` or `write`; empty: the hint stands."
+            )
+            marked_by = serializers.CharField()
+            marked_at = serializers.DateTimeField(allow_null=True)
+
+        tools = ToolSerializer(many=True)
+
+    @extend_schema(
+        operation_id="mcp_tools_report",
+        summary="An MCP proxy reports its upstream's tools and gets the admins' marks back",
+        request=InputSerializer,
+        responses={
+            200: OutputSerializer,
+            400: _error("validation_error"),
+            401: _error("not_authenticated"),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        rows = mcp_tools_report(**serializer.validated_data)
+        return Response(self.OutputSerializer({"tools": rows}).data)
 
 
 def _ledger_epoch(request: Request) -> int | None:

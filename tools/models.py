@@ -133,3 +133,51 @@ class KnowledgeArticle(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class McpToolMark(models.TextChoices):
+    """What an admin says an MCP upstream tool is (empty: nobody has said; the hint stands)."""
+
+    NONE = "", "as the upstream hints"
+    READ = "read", "read"
+    WRITE = "write", "write"
+
+
+class McpTool(models.Model):
+    """A tool an `agentledger mcp proxy` found on an upstream MCP server, and what it is.
+
+    `read_only_hint` is the upstream's own `readOnlyHint` annotation, as last reported: a hint
+    anyone can write, so an admin may overrule it with `mark` (read or write). The proxy treats
+    a tool as a read when it is marked read, or not marked and hinted read.
+    """
+
+    server = models.CharField(max_length=200)
+    name = models.CharField(max_length=200)
+    read_only_hint = models.BooleanField(default=False)
+    mark = models.CharField(max_length=5, choices=McpToolMark.choices, blank=True, default="")
+    marked_by = models.CharField(max_length=150, blank=True, default="")
+    marked_at = models.DateTimeField(null=True, blank=True)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["server", "name"], name="mcp_tool_server_name_unique"),
+            models.CheckConstraint(
+                condition=Q(mark__in=McpToolMark.values), name="mcp_tool_mark_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(mark="") | Q(marked_at__isnull=False, marked_by__gt=""),
+                name="mcp_tool_mark_has_who_and_when",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server}/{self.name}"
+
+    @property
+    def effect(self) -> str:
+        """What the proxy makes of it without command-line overrides."""
+        if self.mark:
+            return self.mark
+        return "read" if self.read_only_hint else "write"

@@ -10,8 +10,10 @@ line, started as its child) or streamable HTTP (a URL). One proxy session is one
 (`--agent`, `--run` as its external id, so a restarted proxy attaches to the same run), completed
 when the client disconnects. Each `tools/call` is a step named `<upstream server>/<tool>`:
 
-- a tool is a write unless the upstream annotates it `readOnlyHint` or `--read TOOL` says so
-  (`--write TOOL` overrides an annotation: annotations are hints, not trusted);
+- a tool is a write unless an admin marked it read in the dashboard ("MCP tools": the proxy
+  reports the upstream's tools to the ledger at each `tools/list` and gets the marks back), or,
+  unmarked, the upstream annotates it `readOnlyHint` or `--read TOOL` says so (`--write TOOL`
+  overrides an annotation: annotations are hints, not trusted; an admin's mark overrides both);
 - every call carries the step's idempotency key in `_meta["agentledger/idempotency_key"]`;
   writes are `enforced_by: nobody` (a crash between the upstream's answer and the journalled
   outcome sends the step to the review queue) unless `--keyed TOOL` says the upstream honours
@@ -168,18 +170,40 @@ class Gateway:
         self.agent, self.default_run = agent, default_run
         self.read, self.write, self.keyed = set(read), set(write), set(keyed)
         self.tools: dict[str, types.Tool] = {}
+        self.marks: dict[str, str] = {}  # tool name -> "read" | "write", set by an admin
         self.lost: UpstreamLost | None = None  # the upstream went away: every call is refused
 
     def effect(self, name: str) -> tuple[str, Any]:
+        """An admin's mark (the dashboard) first, then `--read`/`--write`, then the hint."""
+        write = ("write", "tool" if name in self.keyed else "nobody")
+        mark = self.marks.get(name)
+        if mark:
+            return ("read", None) if mark == "read" else write
         tool = self.tools.get(name)
         hinted = bool(tool and tool.annotations and tool.annotations.read_only_hint)
         if name in self.read or (hinted and name not in self.write):
             return "read", None
-        return "write", "tool" if name in self.keyed else "nobody"
+        return write
+
+    def report(self, tools: list[types.Tool]) -> dict[str, str]:
+        """Tell the ledger what the upstream lists (the dashboard shows it); the admins' marks."""
+        body = {
+            "server": self.server_name,
+            "tools": [
+                {
+                    "name": tool.name,
+                    "read_only_hint": bool(tool.annotations and tool.annotations.read_only_hint),
+                }
+                for tool in tools
+            ],
+        }
+        answer = self.runs.ledger._transport.request("POST", "/api/v1/mcp/tools/", json=body).body
+        return {tool["name"]: tool["mark"] for tool in answer["tools"] if tool["mark"]}
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         listed = await self.upstream.list_tools()
         self.tools = {tool.name: tool for tool in listed.tools}
+        self.marks = await asyncio.to_thread(self.report, list(listed.tools))
         # no output schemas downstream: a step a supervisor resolved as "sent" has no structured
         # result to give, and a client would refuse a text-only answer to a tool that has one
         tools = [tool.model_copy(update={"output_schema": None}) for tool in listed.tools]

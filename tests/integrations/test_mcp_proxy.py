@@ -12,11 +12,13 @@ from django.test import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from review.roles import SUPERVISORS, groups_ensure_now
+from review.audit import AuditEntry
+from review.roles import ADMINS, SUPERVISORS, groups_ensure_now
 from runs.services import step_resolve
 from tests.conftest import ROOT, free_port, stop_process, wait_for_http
 from tests.integrations.conftest import AgentRun, Desk, McpLines
-from tests.review.factories import user_in
+from tests.review.factories import PASSWORD, user_in
+from tools.models import McpTool
 
 pytestmark = pytest.mark.slow
 
@@ -240,3 +242,52 @@ def test_a_client_can_name_another_run_in_meta(desk: Desk) -> None:
     assert list(named.row.steps.values_list("name", flat=True)) == ["files/append"]
     assert session_run.row.status == named.row.status == "completed"
     assert named.row.output == {"tool_calls": 1}
+
+
+def test_an_admin_marks_an_upstream_tool_read_in_the_dashboard_and_the_proxy_honours_it(
+    desk: Desk,
+) -> None:
+    first = desk.new_run("mcp-desk")
+    asyncio.run(session_calls(first, CALLS))  # the proxy reports what the upstream lists
+    assert first.step("files/append").effect == "write"  # no hint: a write
+
+    admin = Client()
+    assert admin.login(username=user_in(ADMINS, "mcp-admin").username, password=PASSWORD)
+    page = admin.get("/mcp-tools/").content.decode()
+    assert "files" in page and "append" in page and "readOnlyHint" in page  # lookup's hint
+    append = McpTool.objects.get(server="files", name="append")
+    assert not append.read_only_hint and append.effect == "write"
+
+    refused = admin.post(f"/mcp-tools/{append.pk}/mark", {"mark": "read"}, follow=True)
+    assert "Say why in a note." in refused.content.decode()
+    marked = admin.post(
+        f"/mcp-tools/{append.pk}/mark",
+        {"mark": "read", "note": "it only appends to a scratch file"},
+        follow=True,
+    )
+    assert "files/append is now treated as a read" in marked.content.decode()
+    append.refresh_from_db()
+    assert (append.mark, append.marked_by) == ("read", "mcp-admin")
+    entry = AuditEntry.objects.get(action="mcp_tool.mark")
+    assert entry.actor_name == "mcp-admin" and entry.target == "mcp_tool:files/append"
+    assert entry.note == "it only appends to a scratch file"
+    assert entry.details["before"] == "" and entry.details["after"] == "read"
+
+    # an annotation is a hint: the admin marks the hinted lookup a write
+    lookup = McpTool.objects.get(server="files", name="lookup")
+    admin.post(f"/mcp-tools/{lookup.pk}/mark", {"mark": "write", "note": "it logs"})
+
+    second = desk.new_run("mcp-desk")
+    second.work = first.work
+    asyncio.run(session_calls(second, CALLS))
+    assert list(
+        second.row.steps.order_by("index").values_list("name", "effect", "enforced_by")
+    ) == [("files/lookup", "write", "nobody"), ("files/append", "read", None)]
+
+    supervisor = Client()
+    supervisor.force_login(user_in(SUPERVISORS))
+    assert supervisor.get("/mcp-tools/").status_code == 403
+    denied = supervisor.post(f"/mcp-tools/{append.pk}/mark", {"mark": "", "note": "x"})
+    assert denied.status_code == 403
+    append.refresh_from_db()
+    assert append.mark == "read"
