@@ -47,24 +47,16 @@ def test_pydantic_ai_example(ledger_server: str, worker_token: str, transactiona
 def test_openai_agents_example(
     ledger_server: str, worker_token: str, transactional_db: Any, tmp_path: Path
 ) -> None:
+    # as an agent author runs it: a file of its own in a directory of its own (not this
+    # checkout's root, whose Django app `agents` would shadow the SDK's `agents`)
+    code = readme_example("### OpenAI Agents SDK").replace("http://ledger:8000", ledger_server)
+    assert len(code.strip().splitlines()) <= 24
     example = tmp_path / "example.py"
-    example.write_text(
-        readme_example("### OpenAI Agents SDK").replace("http://ledger:8000", ledger_server)
-    )
-    runner = tmp_path / "runner.py"
-    runner.write_text(
-        "import sys\n"
-        "import agents  # the SDK, before the repository root (our Django app `agents`) joins\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from tests.integrations.openai_agents_agent import ScriptedModel\n"
-        'model = ScriptedModel([("lookup", {"order": "A-1"}), ("refund", {"order": "A-1"})],'
-        ' "Refunded A-1.")\n'
-        f"token = {worker_token!r}\n"
-        f"exec(compile(open({str(example)!r}).read(), 'README.md', 'exec'))\n"
-    )
-    env = {**os.environ, "WORK_DIR": str(tmp_path), "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    example.write_text(f"token = {worker_token!r}\n{code}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
     done = subprocess.run(
-        [sys.executable, str(runner)], cwd=tmp_path, env=env, capture_output=True, text=True
+        [sys.executable, str(example)], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
     run = Run.objects.get(agent="refunds-openai", external_id="order-A-1")
