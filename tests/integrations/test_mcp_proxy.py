@@ -14,7 +14,6 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from review.audit import AuditEntry
 from review.roles import ADMINS, SUPERVISORS, groups_ensure_now
-from runs.services import step_resolve
 from tests.conftest import ROOT, free_port, stop_process, wait_for_http
 from tests.integrations.conftest import AgentRun, Desk, McpLines
 from tests.review.factories import PASSWORD, user_in
@@ -111,8 +110,11 @@ def test_every_tools_call_is_a_step_named_after_the_upstream(desk: Desk) -> None
     groups_ensure_now()
     supervisor = Client()
     supervisor.force_login(user_in(SUPERVISORS))
+    listed = supervisor.get("/", {"q": run.external_id}).content.decode()
+    assert run.external_id in listed and "mcp-desk" in listed  # in the runs list like any run
     page = supervisor.get(f"/runs/{row.pk}/").content.decode()
     assert "files/lookup" in page and "files/append" in page
+    assert page.count("files/") >= 2 and "T-1: open" in page  # each step, with its result
 
 
 def test_proxy_killed_after_a_write_replays_it_without_reaching_the_upstream(desk: Desk) -> None:
@@ -146,7 +148,17 @@ def test_kill_inside_a_write_goes_to_review_and_sent_resumes_it(desk: Desk) -> N
     step = run.step("files/append")
     assert step.state == "unknown"
 
-    step_resolve(run_id=run.row.pk, index=step.index, action="sent", note="in the file", by="sup")
+    # the supervisor decides in the review queue, as a person does
+    supervisor = Client()
+    supervisor.force_login(user_in(SUPERVISORS))
+    queue = supervisor.get("/queue/").content.decode()
+    assert "files/append" in queue
+    decided = supervisor.post(
+        f"/queue/{run.row.pk}/{step.index}/resolve",
+        {"action": "sent", "note": "in the file"},
+        follow=True,
+    )
+    assert f"Step {step.index} marked as sent." in decided.content.decode()
     results = asyncio.run(session_calls(run, CALLS))
     assert not any(r.is_error for r in results)
     assert run.effects == ["refund T-1"]  # "sent" was not a second effect
