@@ -158,7 +158,7 @@ def postgres_start() -> str:
     with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres", autocommit=True) as db:
         if not db.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone():
             db.execute(f'CREATE DATABASE "{DB_NAME}"')
-    say(f"==> embedded PostgreSQL {pg.bin.parent.name} up (data in {pg.data}, log in {pg.log})")
+    say(f"==> embedded PostgreSQL up (data in {pg.data}, log in {pg.log})")
     return f"postgres://postgres@127.0.0.1:{port}/{DB_NAME}"
 
 

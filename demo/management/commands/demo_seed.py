@@ -1,4 +1,4 @@
-"""`manage.py demo_seed`: the demo's users, worker token and agent budget policies (idempotent)."""
+"""`manage.py demo_seed`: migrate, then the demo's users, worker token and budget policies."""
 
 import secrets
 from pathlib import Path
@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from review.services import budget_policy_save
@@ -36,7 +37,7 @@ def private_write(path: Path, text: str, mode: str = "w") -> None:
 
 class Command(BaseCommand):
     help = (
-        "Create the demo's users (supervisor, admin, auditor: passwords printed once and kept in "
+        "Migrate the database, then create the demo's users (supervisor, admin, auditor: passwords printed once and kept in "
         "STATE/credentials.txt), its worker token (STATE/worker-token, reused while valid) and "
         "the support and research agents' budget policies. Running it again changes nothing."
     )
@@ -51,6 +52,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, state: Path, **options: Any) -> None:
         state.mkdir(exist_ok=True)
+        call_command("migrate", interactive=False, verbosity=0)  # one Django start-up, not two
         created = []
         for name, group_name in USERS:
             user = User.objects.filter(username=name).first()
