@@ -258,9 +258,23 @@ def reset() -> None:
     say("==> removed the demo's data (database, broker, mail, passwords, logs)")
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m demo.embedded",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", choices=["start", "stop", "reset"])
+    command = parser.parse_args(argv).command
     try:
-        {"start": start, "stop": postgres_stop, "reset": reset}[sys.argv[1]]()
+        {"start": start, "stop": postgres_stop, "reset": reset}[command]()
     except DemoError as exc:
         say(f"scripts/demo: {exc}")
-        sys.exit(1)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

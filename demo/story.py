@@ -22,6 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+from django.db import connections
+from django.db.models import Sum
+
+import config.celery  # noqa: F401 (the Celery app, configured from settings)
+from agents.services import agent_run_start
+from runs.constants import LIVE_STATUSES, Effect, EventType, StepState
+from runs.models import Event, Run, Step
+from tools.models import OutboundEmail
+from tools.models import Ticket as TicketRow
+
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".demo"
 RUN_TIMEOUT_SECONDS = 240.0
@@ -105,8 +116,6 @@ def ticket_id(round_no: int, ticket: Ticket) -> str:
 def next_round() -> int:
     """One more than the highest story round in the database (ticket ids T-<round><nnn>), so a
     second start, or a start after --reset against your own DATABASE_URL, tells a new story."""
-    from runs.models import Run
-
     rounds = [0]
     external_ids = Run.objects.filter(agent="support", external_id__startswith="ticket:T-")
     for external_id in external_ids.values_list("external_id", flat=True):
@@ -193,8 +202,6 @@ class Story:
 
 def dispatch_through_celery(story: Story, tickets: list[Ticket]) -> None:
     """Create the runs (as an inbox integration would) and queue them for the Celery worker."""
-    import config.celery  # noqa: F401 (the Celery app, configured from settings)
-    from agents.services import agent_run_start
 
     for ticket in tickets:
         tid = ticket_id(story.round_no, ticket)
@@ -254,8 +261,6 @@ def play_maybe_sent(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
 
 
 def wait_final(story: Story, numbers: list[int]) -> None:
-    from runs.constants import LIVE_STATUSES
-    from runs.models import Run
 
     ids = [story.run_ids[n] for n in numbers if n in story.run_ids]
     deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
@@ -284,19 +289,17 @@ def mail_count(to: str) -> int:
 
 
 def run_facts(run_id: str, customer: str) -> dict[str, Any]:
-    from django.db.models import Sum
-
-    from runs.models import Event, Run, Step
-    from tools.models import OutboundEmail, Ticket
 
     run = Run.objects.get(pk=run_id)
     events = list(Event.objects.filter(run=run).order_by("seq"))
-    recoveries = [e for e in events if e.type == "lease_acquired" and e.payload.get("recovery")]
-    unknown = list(Step.objects.filter(run=run, state="unknown").values("index", "name"))
+    recoveries = [
+        e for e in events if e.type == EventType.LEASE_ACQUIRED and e.payload.get("recovery")
+    ]
+    unknown = list(Step.objects.filter(run=run, state=StepState.UNKNOWN).values("index", "name"))
     usage = Step.objects.filter(run=run).aggregate(
         i=Sum("usage_input_tokens"), o=Sum("usage_output_tokens")
     )
-    budget_event = next((e for e in reversed(events) if e.type == "budget_exceeded"), None)
+    budget_event = next((e for e in reversed(events) if e.type == EventType.BUDGET_EXCEEDED), None)
     return {
         "run_id": run_id,
         "customer": customer,
@@ -307,16 +310,16 @@ def run_facts(run_id: str, customer: str) -> dict[str, Any]:
         "step_tokens": (usage["i"] or 0) + (usage["o"] or 0),
         "recoveries": run.used_recoveries,
         "replayed_steps": sum(int(e.payload.get("replayable_steps", 0)) for e in recoveries),
-        "reconciled": sum(1 for e in events if e.type == "reconciled"),
+        "reconciled": sum(1 for e in events if e.type == EventType.RECONCILED),
         "unknown_steps": unknown,
         "budget_limit": budget_event.payload if budget_event else None,
-        "tickets": Ticket.objects.filter(customer=customer).count(),
+        "tickets": TicketRow.objects.filter(customer=customer).count(),
         "emails": OutboundEmail.objects.filter(to=customer).count(),
         "mail_received": mail_count(customer),
         "write_steps_replayed": list(
             Step.objects.filter(
                 run=run,
-                effect="write",
+                effect=Effect.WRITE,
                 index__lt=max(
                     (int(e.payload.get("replayable_steps", 0)) for e in recoveries), default=0
                 ),
@@ -444,7 +447,6 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 def wait_web(url: str, timeout: float = 120.0) -> None:
-    import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -464,9 +466,9 @@ def run_story(*, url: str, started: float, no_story: bool = False) -> None:
     print(f"Ready {time.time() - started:.1f}s after the command.", flush=True)
     if no_story:
         return
-    from django.db import connections
 
-    env = {**os.environ, "LEDGER_URL": url}
+    token = os.environ.get("LEDGER_TOKEN") or (STATE / "worker-token").read_text().strip()
+    env = {**os.environ, "LEDGER_URL": url, "LEDGER_TOKEN": token}  # demo_seed made the token
     story = Story(round_no=next_round(), url=url)
     tickets = story_tickets(story.round_no)
     by_role = {t.role: t for t in tickets}
