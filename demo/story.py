@@ -202,7 +202,6 @@ class Story:
 
 def dispatch_through_celery(story: Story, tickets: list[Ticket]) -> None:
     """Create the runs (as an inbox integration would) and queue them for the Celery worker."""
-
     for ticket in tickets:
         tid = ticket_id(story.round_no, ticket)
         run, _ = agent_run_start(
@@ -261,7 +260,6 @@ def play_maybe_sent(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
 
 
 def wait_final(story: Story, numbers: list[int]) -> None:
-
     ids = [story.run_ids[n] for n in numbers if n in story.run_ids]
     deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
@@ -289,7 +287,6 @@ def mail_count(to: str) -> int:
 
 
 def run_facts(run_id: str, customer: str) -> dict[str, Any]:
-
     run = Run.objects.get(pk=run_id)
     events = list(Event.objects.filter(run=run).order_by("seq"))
     recoveries = [
@@ -447,7 +444,6 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 def wait_web(url: str, timeout: float = 120.0) -> None:
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
