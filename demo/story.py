@@ -463,8 +463,7 @@ def run_story(*, url: str, started: float, no_story: bool = False) -> None:
     if no_story:
         return
 
-    token = os.environ.get("LEDGER_TOKEN") or (STATE / "worker-token").read_text().strip()
-    env = {**os.environ, "LEDGER_URL": url, "LEDGER_TOKEN": token}  # demo_seed made the token
+    env = {**os.environ, "LEDGER_URL": url}
     story = Story(round_no=next_round(), url=url)
     tickets = story_tickets(story.round_no)
     by_role = {t.role: t for t in tickets}
