@@ -5,7 +5,7 @@
 
 Clones this repository into a temporary directory, runs `scripts/demo` there (no DATABASE_URL or
 CELERY_BROKER_URL), waits for "Review queue:", sends Ctrl-C, then starts it a second time the
-same way, and prints both times. The clone (and its virtualenv) is removed afterwards. Needs
+same way, and prints both times. The clone (its virtualenv, its data) is removed afterwards. Needs
 psutil (in the project's virtualenv). Not a test: timings depend on the machine.
 """
 
@@ -101,6 +101,8 @@ def main(argv: list[str]) -> int:
             )
         return 0
     finally:
+        # --reset also removes the clone's cluster where it lives outside it (run as root)
+        subprocess.run([str(clone / "scripts" / "demo"), "--reset"], env=env, check=False)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
