@@ -202,8 +202,8 @@ def leftovers_stop() -> None:
             if proc.pid not in mine and proc.environ().get(MARKER) == str(ROOT):
                 left.append(proc)
     for proc in left:
-        say(f"    stopping {' '.join(proc.cmdline()[:3])} (pid {proc.pid}) left by a demo")
         with contextlib.suppress(psutil.Error):
+            say(f"    stopping {' '.join(proc.cmdline()[:3])} (pid {proc.pid}) left by a demo")
             proc.send_signal(signal.SIGTERM)
     _, alive = psutil.wait_procs(left, timeout=15)
     for proc in alive:
@@ -234,11 +234,11 @@ def start() -> None:
     if not secret.exists():
         secret.write_text(secrets.token_urlsafe(48) + "\n")
         secret.chmod(0o600)
-    env = {
+    env = {  # PostgreSQL last: nothing after it can fail and leave it running
         "SECRET_KEY": secret.read_text().strip(),
-        "DATABASE_URL": os.environ.get("DATABASE_URL") or postgres_start(),
         "CELERY_BROKER_URL": os.environ.get("CELERY_BROKER_URL") or broker(),
         "EMAIL_PORT": str(free_port()),
+        "DATABASE_URL": os.environ.get("DATABASE_URL") or postgres_start(),
     }
     for name, value in env.items():
         print(f"export {name}={shlex.quote(value)}")
