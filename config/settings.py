@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "agents",
     "audit",
     "console",
+    "demo",  # scripts/demo's management commands (demo_seed, demo_story); no models
 ]
 
 MIDDLEWARE = [

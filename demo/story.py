@@ -3,41 +3,41 @@ worker is evicted (SIGKILL) right after step 12 and recovers from the journal, o
 an `email.send` the ledger cannot see into (it waits in the review queue as "maybe sent"), and one
 stopped by its token budget. Then a summary read back from the database and the mail catcher.
 
-Imported by scripts/demo.py once Django is set up and the web server, worker and beat run. Runs
-go through the same paths a deployment uses: the Celery task `agents.run_agent` for the ordinary
+Told by `manage.py demo_story`, a process of the demo's Procfile, once the web server answers.
+Runs go through the same paths a deployment uses: the Celery task `agents.run_agent` for the ordinary
 ones, and the agent's CLI (`python -m agents.support`) as stand-alone worker processes ("pods")
-for the ones whose process gets killed. Nothing is simulated: a part of the product that is not
-there yet is named as missing and the story stops.
+for the ones whose process gets killed. Nothing is simulated.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import mailbox
+import os
 import re
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from demo import Supervisor
+import httpx
+from django.db import connections
+from django.db.models import Sum
+
+import config.celery  # noqa: F401 (the Celery app, configured from settings)
+from agents.services import agent_run_start
+from runs.constants import LIVE_STATUSES, Effect, EventType, StepState
+from runs.models import Event, Run, Step
+from tools.models import OutboundEmail
+from tools.models import Ticket as TicketRow
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".demo"
 RUN_TIMEOUT_SECONDS = 240.0
 EVICT_AFTER_STEP = 12
 POD_LEASE_TTL = 15
-
-NEEDED = {
-    "agentledger": "the worker SDK (issue 4)",
-    "agents.support": "the support agent and its CLI (issue 4)",
-    "agents.tasks": "the Celery task that runs agents (issue 4)",
-    "tools.support": "the support tools: tickets, outbound email (issue 3)",
-    "review.views": "the review dashboard (issue 5)",
-}
 
 # A pasted log: the customer's ticket is long enough that answering it would cost more tokens
 # than the support policy allows (the scripted model counts words as tokens).
@@ -113,23 +113,9 @@ def ticket_id(round_no: int, ticket: Ticket) -> str:
     return f"T-{round_no}{ticket.number:03d}"
 
 
-def missing_parts() -> list[str]:
-    missing = []
-    for module, what in NEEDED.items():
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        if not found:
-            missing.append(f"{module}: {what}")
-    return missing
-
-
 def next_round() -> int:
     """One more than the highest story round in the database (ticket ids T-<round><nnn>), so a
     second start, or a start after --reset against your own DATABASE_URL, tells a new story."""
-    from runs.models import Run
-
     rounds = [0]
     external_ids = Run.objects.filter(agent="support", external_id__startswith="ticket:T-")
     for external_id in external_ids.values_list("external_id", flat=True):
@@ -186,21 +172,18 @@ def last_json_line(path: Path) -> dict[str, Any] | None:
     return None
 
 
-def pod_run(
-    sup: Supervisor, *, name: str, argv: list[str], env: dict[str, str], timeout: float
-) -> PodResult:
+def pod_run(*, name: str, argv: list[str], env: dict[str, str], timeout: float) -> PodResult:
+    """One agent worker process, its output in .demo/logs/NAME.log (Ctrl-C stops it with the
+    story: it is in the story's process group, which the process manager signals)."""
     log = STATE / "logs" / f"{name}.log"
-    log.unlink(missing_ok=True)
     started_at = time.time()
-    child = sup.start_transient(name=name, argv=argv, env=env, log=log)
-    deadline = time.monotonic() + timeout
-    while child.alive():
-        if time.monotonic() > deadline:
-            child.stop()
-            break
-        sup.sleep(0.05)
-    assert child.proc is not None
-    code = child.proc.returncode if child.proc.returncode is not None else -1
+    with open(log, "w") as out:
+        try:
+            code = subprocess.run(
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
+            ).returncode
+        except subprocess.TimeoutExpired:
+            code = -1
     return PodResult(code, last_json_line(log), started_at, time.time(), log)
 
 
@@ -219,9 +202,6 @@ class Story:
 
 def dispatch_through_celery(story: Story, tickets: list[Ticket]) -> None:
     """Create the runs (as an inbox integration would) and queue them for the Celery worker."""
-    import config.celery  # noqa: F401 (the Celery app, configured from settings)
-    from agents.services import agent_run_start
-
     for ticket in tickets:
         tid = ticket_id(story.round_no, ticket)
         run, _ = agent_run_start(
@@ -235,61 +215,58 @@ def dispatch_through_celery(story: Story, tickets: list[Ticket]) -> None:
                 }
             },
             external_id=f"ticket:{tid}",
-            actor="scripts/demo",
+            actor="manage.py demo_story",
         )
         story.run_ids[ticket.number] = str(run.id)
 
 
-def play_evicted(sup: Supervisor, story: Story, ticket: Ticket, env: dict[str, str]) -> None:
+def play_evicted(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
     """A pod killed with SIGKILL right after step 12, replaced at once under the same worker
     name (as an orchestrator restarts a pod): it replays 0-12 from the journal and goes on."""
     tid = ticket_id(story.round_no, ticket)
     argv = pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by="ledger")
     crash_env = {**env, "AGENT_CRASH_AFTER_STEP": str(EVICT_AFTER_STEP)}
-    first = pod_run(sup, name=f"pod-{tid}-1", argv=argv, env=crash_env, timeout=120)
+    first = pod_run(name=f"pod-{tid}-1", argv=argv, env=crash_env, timeout=120)
     story.pods["evicted-1"] = first
     if first.returncode != -9:
         story.problems.append(
             f"{tid}: the pod was to be killed after step {EVICT_AFTER_STEP}, "
             f"but it ended with status {first.returncode} (see {first.log.relative_to(ROOT)})"
         )
-    second = pod_run(sup, name=f"pod-{tid}-2", argv=argv, env=env, timeout=120)
+    second = pod_run(name=f"pod-{tid}-2", argv=argv, env=env, timeout=120)
     story.pods["evicted-2"] = second
     if second.outcome:
         story.run_ids[ticket.number] = str(second.outcome.get("run_id"))
 
 
-def play_maybe_sent(sup: Supervisor, story: Story, ticket: Ticket, env: dict[str, str]) -> None:
+def play_maybe_sent(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
     """A pod that sends the email itself over SMTP (enforced_by nobody: the ledger cannot ask
     the mail server whether it went out) and is killed inside the send. Its replacement finds
     the step's intent without an outcome: unknown, so the run goes to the review queue."""
     tid = ticket_id(story.round_no, ticket)
     argv = pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by="nobody")
     crash_env = {**env, "AGENT_CRASH_INSIDE": "email.send"}
-    first = pod_run(sup, name=f"pod-{tid}-1", argv=argv, env=crash_env, timeout=120)
+    first = pod_run(name=f"pod-{tid}-1", argv=argv, env=crash_env, timeout=120)
     story.pods["maybe-sent-1"] = first
     if first.returncode != -9:
         story.problems.append(
             f"{tid}: the pod was to be killed inside email.send, but it ended with status "
             f"{first.returncode} (see {first.log.relative_to(ROOT)})"
         )
-    second = pod_run(sup, name=f"pod-{tid}-2", argv=argv, env=env, timeout=120)
+    second = pod_run(name=f"pod-{tid}-2", argv=argv, env=env, timeout=120)
     story.pods["maybe-sent-2"] = second
     if second.outcome:
         story.run_ids[ticket.number] = str(second.outcome.get("run_id"))
 
 
-def wait_final(sup: Supervisor, story: Story, numbers: list[int]) -> None:
-    from runs.constants import LIVE_STATUSES
-    from runs.models import Run
-
+def wait_final(story: Story, numbers: list[int]) -> None:
     ids = [story.run_ids[n] for n in numbers if n in story.run_ids]
     deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         live = Run.objects.filter(pk__in=ids, status__in=list(LIVE_STATUSES)).count()
         if live == 0:
             return
-        sup.sleep(0.3)
+        time.sleep(0.3)
     story.problems.append(
         f"some Celery-run tickets were still live after {RUN_TIMEOUT_SECONDS:.0f}s "
         "(see .demo/logs/worker.log)"
@@ -310,19 +287,16 @@ def mail_count(to: str) -> int:
 
 
 def run_facts(run_id: str, customer: str) -> dict[str, Any]:
-    from django.db.models import Sum
-
-    from runs.models import Event, Run, Step
-    from tools.models import OutboundEmail, Ticket
-
     run = Run.objects.get(pk=run_id)
     events = list(Event.objects.filter(run=run).order_by("seq"))
-    recoveries = [e for e in events if e.type == "lease_acquired" and e.payload.get("recovery")]
-    unknown = list(Step.objects.filter(run=run, state="unknown").values("index", "name"))
+    recoveries = [
+        e for e in events if e.type == EventType.LEASE_ACQUIRED and e.payload.get("recovery")
+    ]
+    unknown = list(Step.objects.filter(run=run, state=StepState.UNKNOWN).values("index", "name"))
     usage = Step.objects.filter(run=run).aggregate(
         i=Sum("usage_input_tokens"), o=Sum("usage_output_tokens")
     )
-    budget_event = next((e for e in reversed(events) if e.type == "budget_exceeded"), None)
+    budget_event = next((e for e in reversed(events) if e.type == EventType.BUDGET_EXCEEDED), None)
     return {
         "run_id": run_id,
         "customer": customer,
@@ -333,16 +307,16 @@ def run_facts(run_id: str, customer: str) -> dict[str, Any]:
         "step_tokens": (usage["i"] or 0) + (usage["o"] or 0),
         "recoveries": run.used_recoveries,
         "replayed_steps": sum(int(e.payload.get("replayable_steps", 0)) for e in recoveries),
-        "reconciled": sum(1 for e in events if e.type == "reconciled"),
+        "reconciled": sum(1 for e in events if e.type == EventType.RECONCILED),
         "unknown_steps": unknown,
         "budget_limit": budget_event.payload if budget_event else None,
-        "tickets": Ticket.objects.filter(customer=customer).count(),
+        "tickets": TicketRow.objects.filter(customer=customer).count(),
         "emails": OutboundEmail.objects.filter(to=customer).count(),
         "mail_received": mail_count(customer),
         "write_steps_replayed": list(
             Step.objects.filter(
                 run=run,
-                effect="write",
+                effect=Effect.WRITE,
                 index__lt=max(
                     (int(e.payload.get("replayable_steps", 0)) for e in recoveries), default=0
                 ),
@@ -469,15 +443,27 @@ def print_summary(summary: dict[str, Any]) -> None:
     out()
 
 
-def run_story(*, sup: Supervisor, env: dict[str, str], url: str, started: float) -> None:
-    missing = missing_parts()
-    if missing:
-        print("The story cannot run yet; these parts are not there:", flush=True)
-        for line in missing:
-            print(f"    {line}", flush=True)
-        return
-    from django.db import connections
+def wait_web(url: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{url}/api/v1/schema/", timeout=2)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer within {timeout:.0f}s (see .demo/logs/web.log)")
 
+
+def run_story(*, url: str, started: float, no_story: bool = False) -> None:
+    wait_web(url)
+    print(f"Agent Ledger is running at {url}/", flush=True)
+    print(f"Dashboard: {url}/ (log in at {url}/login/); review queue: {url}/queue/", flush=True)
+    print(f"API schema: {url}/api/v1/schema/", flush=True)
+    print(f"Ready {time.time() - started:.1f}s after the command.", flush=True)
+    if no_story:
+        return
+
+    env = {**os.environ, "LEDGER_URL": url}
     story = Story(round_no=next_round(), url=url)
     tickets = story_tickets(story.round_no)
     by_role = {t.role: t for t in tickets}
@@ -493,14 +479,14 @@ def run_story(*, sup: Supervisor, env: dict[str, str], url: str, started: float)
         f"(SIGKILL) after step {EVICT_AFTER_STEP}, then replaced",
         flush=True,
     )
-    play_evicted(sup, story, by_role["evicted"], env)
+    play_evicted(story, by_role["evicted"], env)
     print(
         f"==> {ticket_id(story.round_no, by_role['maybe_sent'])}: a worker process killed "
         "inside email.send, then replaced",
         flush=True,
     )
-    play_maybe_sent(sup, story, by_role["maybe_sent"], env)
-    wait_final(sup, story, [t.number for t in celery_tickets])
+    play_maybe_sent(story, by_role["maybe_sent"], env)
+    wait_final(story, [t.number for t in celery_tickets])
     summary = summarise(story, tickets, started)
     (STATE / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     connections.close_all()

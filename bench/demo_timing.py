@@ -1,11 +1,11 @@
 """Measure the newcomer's wait: time from `scripts/demo` to its printed summary, in a fresh clone.
 
-    .venv/bin/python scripts/demo_timing.py            # fresh venv: the first run installs
-    .venv/bin/python scripts/demo_timing.py --reuse-venv   # DEMO_VENV=this venv (no install)
+    .venv/bin/python -m bench.demo_timing               # fresh venv: the first run installs
+    .venv/bin/python -m bench.demo_timing --reuse-venv  # DEMO_VENV=this venv (no install)
 
 Clones this repository into a temporary directory, runs `scripts/demo` there (no DATABASE_URL or
 CELERY_BROKER_URL), waits for "Review queue:", sends Ctrl-C, then starts it a second time the
-same way, and prints both times. The clone (and its virtualenv) is removed afterwards. Needs
+same way, and prints both times. The clone (its virtualenv, its data) is removed afterwards. Needs
 psutil (in the project's virtualenv). Not a test: timings depend on the machine.
 """
 
@@ -58,7 +58,7 @@ def one_start(clone: Path, env: dict[str, str], timeout: float) -> tuple[float, 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="scripts/demo_timing.py",
+        prog="python -m bench.demo_timing",
         description="Time scripts/demo from the command to its printed summary, in a fresh "
         "clone: a first start and a second one.",
     )
@@ -101,6 +101,8 @@ def main(argv: list[str]) -> int:
             )
         return 0
     finally:
+        # --reset also removes the clone's cluster where it lives outside it (run as root)
+        subprocess.run([str(clone / "scripts" / "demo"), "--reset"], env=env, check=False)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -1,0 +1,101 @@
+"""`manage.py demo_seed`: migrate, then the demo's users, worker token and budget policies."""
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from review.services import budget_policy_save
+from runs.authentication import hash_token
+from runs.models import BudgetPolicy, WorkerToken
+from runs.tokens import worker_token_create
+
+USERS = (("supervisor", "supervisors"), ("admin", "admins"), ("auditor", "auditors"))
+
+# the support agent's policy: room for an ordinary ticket (about 600 tokens with the scripted
+# model), not for one with a whole log pasted in; a read-only agent would need only a budget
+POLICIES: dict[str, dict[str, Any]] = {
+    "support": {"max_steps": 20, "max_tokens": 5_000, "max_wall_seconds": 900, "max_recoveries": 3},
+    "research": {
+        "max_steps": 40,
+        "max_tokens": 50_000,
+        "max_wall_seconds": 1800,
+        "max_recoveries": 5,
+    },
+}
+
+
+def private_write(path: Path, text: str, mode: str = "w") -> None:
+    with open(path, mode) as handle:
+        path.chmod(0o600)
+        handle.write(text)
+
+
+class Command(BaseCommand):
+    help = (
+        "Migrate the database, then create the demo's users (supervisor, admin, auditor: passwords printed once and kept in "
+        "STATE/credentials.txt), its worker token (STATE/worker-token, reused while valid) and "
+        "the support and research agents' budget policies. Running it again changes nothing."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--state",
+            type=Path,
+            default=Path(settings.BASE_DIR) / ".demo",
+            help="the demo's folder (default: .demo in the checkout)",
+        )
+
+    def handle(self, *args: Any, state: Path, **options: Any) -> None:
+        state.mkdir(exist_ok=True)
+        call_command("migrate", interactive=False, verbosity=0)  # one Django start-up, not two
+        created = []
+        for name, group_name in USERS:
+            user = User.objects.filter(username=name).first()
+            if user is None:
+                password = secrets.token_urlsafe(12)
+                user = User.objects.create_user(
+                    username=name,
+                    password=password,
+                    is_staff=group_name == "admins",
+                    # escalations mail the supervisors; the demo's mail catcher gets it
+                    email=f"{name}@demo.agent-ledger.invalid",
+                )
+                created.append((name, group_name, password))
+            user.groups.add(Group.objects.get(name=group_name))  # groups come from a migration
+        if created:
+            lines = "".join(f"{n}\t{p}\t(group {g})\n" for n, g, p in created)
+            private_write(state / "credentials.txt", lines, mode="a")
+            self.stdout.write(
+                "Demo users (passwords shown this once; also in .demo/credentials.txt):"
+            )
+            for name, group_name, password in created:
+                self.stdout.write(f"    {name:<11} {password}   ({group_name})")
+        else:
+            self.stdout.write(
+                "Demo users: supervisor, admin, auditor (passwords in .demo/credentials.txt)"
+            )
+
+        token_file = state / "worker-token"
+        raw = token_file.read_text().strip() if token_file.exists() else ""
+        if not WorkerToken.objects.filter(token_hash=hash_token(raw), revoked_at=None).exists():
+            _, raw = worker_token_create(name="demo-workers", created_by="manage.py demo_seed")
+            private_write(token_file, raw + "\n")
+        self.stdout.write(f"Worker token (Authorization: Bearer …): {raw}")
+
+        admin = User.objects.get(username="admin")
+        described = []
+        for agent, limits in POLICIES.items():
+            policy = BudgetPolicy.objects.filter(agent=agent).first()
+            if policy is None:
+                values = {"name": f"{agent} (demo)", "agent": agent, **limits}
+                policy = budget_policy_save(user=admin, policy=None, values=values)
+            described.append(
+                f"{agent}: {policy.max_steps} steps, {policy.max_tokens} tokens, "
+                f"{policy.max_recoveries} recoveries"
+            )
+        self.stdout.write("Budget policies: " + "; ".join(described))

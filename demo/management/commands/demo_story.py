@@ -1,0 +1,41 @@
+"""`manage.py demo_story`: the demo's story, told against the running web server and worker."""
+
+import os
+import signal
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from demo.story import run_story
+
+
+class Command(BaseCommand):
+    help = (
+        "Wait for the web server at --url, print where everything is, then tell the story: "
+        "support-agent runs through the Celery worker, one whose worker process is SIGKILLed "
+        "after step 12 and recovers, one killed inside email.send (it waits in the review "
+        "queue as 'maybe sent'), one stopped by its token budget; then a summary read back from "
+        "the database. Needs LEDGER_TOKEN (a worker token) and the demo's mail catcher."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--url", required=True, help="the web server, e.g. http://127.0.0.1:8000"
+        )
+        parser.add_argument("--no-story", action="store_true", help="only wait and print where")
+        parser.add_argument(
+            "--stay",
+            action="store_true",
+            help="then wait until stopped (a Procfile's processes end together: the demo's "
+            "services keep running while this one does)",
+        )
+
+    def handle(self, *args: Any, url: str, no_story: bool, stay: bool, **options: Any) -> None:
+        started = float(os.environ.get("DEMO_STARTED_AT") or time.time())
+        run_story(url=url.rstrip("/"), started=started, no_story=no_story)
+        if stay:
+            self.stdout.write("Press Ctrl-C to stop.")
+            self.stdout.flush()
+            while True:
+                signal.pause()
