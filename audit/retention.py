@@ -10,6 +10,7 @@ batch of purged runs leaves a tombstone in the audit log naming every run with i
 seq and head, so the signed checkpoint still proves what the run was.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -174,29 +175,35 @@ def _month_drop(
             .values(*_RUN_FIELDS)
         )
         ids = [r["pk"] for r in purged]
+        gone = set(ids)
+        kept = [
+            pk
+            for pk in Run.objects.filter(journal_month=month).values_list("pk", flat=True)
+            if pk not in gone
+        ]
         steps = Step.objects.filter(run_id__in=ids, journal_month=month)
         ApprovalRequest.objects.filter(step__in=steps).delete()
         Escalation.objects.filter(run_id__in=ids).delete()
         with connection.cursor() as cursor:
             for table in ("runs_step", "runs_event"):
                 cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {table}_{suffix}")
+            # the kept runs' rows, found through each detached table's (run_id, ...) key;
+            # suffix is built from a date, never from input
             cursor.execute(
-                # suffix: built from a date, never from input
-                f"INSERT INTO runs_step SELECT * FROM runs_step_{suffix} "  # noqa: S608
-                "WHERE NOT (run_id = ANY(%s))",
-                [ids],
+                f"INSERT INTO runs_step SELECT s.* FROM unnest(%s::uuid[]) k (id) "  # noqa: S608
+                f"JOIN runs_step_{suffix} s ON s.run_id = k.id",
+                [kept],
             )
             cursor.execute(
-                f"INSERT INTO runs_event SELECT * FROM runs_event_{suffix} "  # noqa: S608
-                "WHERE NOT (run_id = ANY(%s)) ORDER BY run_id, seq",
-                [ids],
+                f"INSERT INTO runs_event SELECT e.* FROM unnest(%s::uuid[]) k (id) "  # noqa: S608
+                f"JOIN runs_event_{suffix} e ON e.run_id = k.id ORDER BY e.run_id, e.seq",
+                [kept],
             )
             # deferred foreign key checks of rows written in this transaction run now: a table
             # with pending trigger events cannot be dropped
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             cursor.execute(f"DROP TABLE runs_step_{suffix}, runs_event_{suffix}")
             cursor.execute("DELETE FROM runs_run WHERE id = ANY(%s)", [ids])
-        kept_runs = Run.objects.filter(journal_month=month).count()
         for first in range(0, len(purged), PURGE_BATCH):
             _tombstone(
                 actor=actor,
@@ -206,7 +213,7 @@ def _month_drop(
                 runs=purged[first : first + PURGE_BATCH],
                 how=f"with the journal partitions of {month:%Y-%m}",
             )
-    return len(purged), kept_runs
+    return len(purged), len(kept)
 
 
 def _kept_purge(
@@ -256,6 +263,8 @@ def retention_purge(
     aside earlier go row by row once they may. `force` runs even when the policy is disabled (an
     admin's explicit "purge now" still needs a policy to say how old).
     """
+    now = now or clock.now()
+    journal_partitions_ensure(now=now)  # the months ahead, whether retention is on or not
     policy = retention_policy_get()
     if not policy.enabled and not force:
         return PurgeResult(0, None, refused="the retention policy is disabled")
@@ -263,9 +272,20 @@ def retention_purge(
     if result.checkpoint is None:
         return PurgeResult(0, None, refused=f"no signed checkpoint: {result.refused}")
     checkpoint = result.checkpoint
-    now = now or clock.now()
     cutoff = now - timedelta(days=policy.keep_days)
-    journal_partitions_ensure(now=now)
+    return retention_months_drop(cutoff=cutoff, checkpoint=checkpoint, policy=policy, actor=actor)
+
+
+def retention_months_drop(
+    *,
+    cutoff: datetime,
+    checkpoint: Checkpoint,
+    policy: RetentionPolicy,
+    actor: Any,
+    on_month: Callable[[date, int, int], None] | None = None,
+) -> PurgeResult:
+    """Every month that ended before `cutoff`, dropped (runs that may not go moved aside), then
+    the runs moved aside earlier that may go now. `checkpoint` must already sign the heads."""
     purged = kept = 0
     dropped = []
     for month in journal_months():
@@ -274,6 +294,8 @@ def retention_purge(
         gone, held = _month_drop(
             month, cutoff=cutoff, checkpoint=checkpoint, policy=policy, actor=actor
         )
+        if on_month is not None:
+            on_month(month, gone, held)
         purged += gone
         kept += held
         dropped.append(month)
