@@ -55,7 +55,10 @@ class CheckpointLeaf(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["run_id", "event_seq"], name="leaf_head_signed_once"),
-            models.UniqueConstraint(fields=["checkpoint", "position"], name="leaf_position_unique"),
+            # run_id too, so the leaves can be distributed by run_id with the journal
+            models.UniqueConstraint(
+                fields=["checkpoint", "position", "run_id"], name="leaf_position_unique"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -10,7 +10,7 @@ resolutions too.
 import json
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -47,9 +47,15 @@ def _row(model: type[Model], values: dict[str, Any]) -> list[Any]:
     return row
 
 
+def _month(at: datetime) -> date:
+    at = at.astimezone(UTC)
+    return date(at.year, at.month, 1)
+
+
 class _Chain:
-    def __init__(self, run_id: uuid.UUID) -> None:
+    def __init__(self, run_id: uuid.UUID, month: date) -> None:
         self.run_id = run_id
+        self.month = month
         self.seq = 0
         self.head = GENESIS_HASH
         self.rows: list[list[Any]] = []
@@ -65,6 +71,7 @@ class _Chain:
                 Event,
                 {
                     "run_id": self.run_id,
+                    "journal_month": self.month,
                     "seq": self.seq,
                     "type": type,
                     "payload": payload,
@@ -82,7 +89,8 @@ def _one_run(
     i: int, *, steps: int, agent: str, status: str, created_at: datetime
 ) -> tuple[list[Any], list[list[Any]], list[list[Any]]]:
     run_id = uuid.uuid4()
-    chain = _Chain(run_id)
+    month = _month(created_at)
+    chain = _Chain(run_id, month)
     worker = "bench-worker"
     t = created_at
     chain.add(
@@ -109,6 +117,7 @@ def _one_run(
         tokens += usage_in + usage_out
         values: dict[str, Any] = {
             "run_id": run_id,
+            "journal_month": month,
             "index": index,
             "kind": "tool",
             "name": name,
@@ -211,6 +220,7 @@ def _one_run(
             "event_seq": chain.seq,
             "event_head": chain.head,
             "created_at": created_at,
+            "journal_month": month,
             "updated_at": finished,
             "finished_at": finished if final else None,
             "policy_id": None,
@@ -245,6 +255,11 @@ def runs_bulk_create(
     """
     start = created_at or (datetime.now(UTC) - timedelta(days=spread_days, hours=1))
     step = timedelta(days=spread_days) / max(runs, 1)
+    with connection.cursor() as cursor:  # the months' partitions, should they be missing
+        cursor.execute(
+            "SELECT ledger_journal_partitions_ensure(%s, %s)",
+            [_month(start), _month(start + timedelta(days=spread_days, seconds=1))],
+        )
     ids: list[uuid.UUID] = []
     for first in range(0, runs, batch):
         run_rows, step_rows, event_rows = [], [], []

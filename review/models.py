@@ -28,28 +28,31 @@ class LoginFailure(models.Model):
 class Escalation(models.Model):
     """One SLA escalation mail per waiting item; the unique constraint is the no-repeat rule."""
 
+    # no foreign key to runs_step in the database: its keys carry run_id and journal_month
     step = models.ForeignKey(
-        Step, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+        Step,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_constraint=False,
     )
-    run = models.ForeignKey(
-        "runs.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
-    )
+    # every escalation names its run (a step's too), so the table can be distributed by run_id
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="+")
     sent_at = models.DateTimeField()
     recipients = models.JSONField(default=list)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["step"], condition=Q(step__isnull=False), name="escalation_once_per_step"
+                fields=["step", "run"],
+                condition=Q(step__isnull=False),
+                name="escalation_once_per_step",
             ),
             models.UniqueConstraint(
                 fields=["run"],
-                condition=Q(step__isnull=True, run__isnull=False),
+                condition=Q(step__isnull=True),
                 name="escalation_once_per_review_run",
-            ),
-            models.CheckConstraint(
-                condition=Q(step__isnull=False) | Q(run__isnull=False),
-                name="escalation_has_item",
             ),
         ]
 

@@ -803,7 +803,9 @@ def review_items_escalate(*, limit: int = 200) -> int:
         waited = int((now - step.intent_at).total_seconds() // 60)
         try:
             with transaction.atomic():
-                Escalation.objects.create(step=step, sent_at=now, recipients=recipients)
+                Escalation.objects.create(
+                    step=step, run_id=step.run_id, sent_at=now, recipients=recipients
+                )
                 _webhooks_notify(
                     webhooks,
                     f"Review waiting {waited} min: {step.name} (step {step.index} of "

@@ -74,6 +74,7 @@ def event_append(
     digest = event_hash(prev_hash=prev, body=body)
     event = Event.objects.create(
         run=run,
+        journal_month=run.journal_month,
         seq=seq,
         type=type,
         payload=payload,

@@ -1,7 +1,9 @@
 """The journal: runs, their steps, their hash-chained events, and the budgets they carry."""
 
 import uuid
+from datetime import UTC, date
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex, OpClass
@@ -9,6 +11,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.fields.json import KT, KeyTextTransform
 from django.db.models.functions import Cast, Upper
+from django.utils import timezone
 
 from runs.constants import (
     ApprovalOutcome,
@@ -20,6 +23,13 @@ from runs.constants import (
     StepKind,
     StepState,
 )
+
+
+def journal_month_now() -> date:
+    """The first day (UTC) of this month: a new run's `journal_month`."""
+    now = timezone.now().astimezone(UTC)
+    return date(now.year, now.month, 1)
+
 
 LIVE = [RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED, RunStatus.NEEDS_REVIEW]
 
@@ -104,6 +114,11 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # the month the run was created in: its steps and events carry it too and live in that
+    # month's partition (runs/sql/0012_journal_partitioned_by_run_month.sql); never changes
+    journal_month = models.DateField(default=journal_month_now, editable=False)
+    # retention never purges a run on legal hold (audit.retention), nor drops it with its month
+    legal_hold = models.BooleanField(default=False, db_default=False)
 
     # a fork's first `forked_from_index` steps are copies of this run's (runs.services.run_fork)
     forked_from = models.ForeignKey(
@@ -159,6 +174,8 @@ class Run(models.Model):
             ),
             models.Index(fields=["status", "-created_at"], name="run_status_created_idx"),
             models.Index(fields=["-created_at"], name="run_created_idx"),
+            # retention: the runs of one month (audit.retention)
+            models.Index(fields=["journal_month"], name="run_journal_month_idx"),
             models.Index(fields=["agent", "-created_at"], name="run_agent_created_idx"),
             # dashboard search (review.selectors.runs_filtered): the short id the list shows
             # is a prefix of the id's text; external ids and customer addresses match in part
@@ -186,7 +203,18 @@ class Run(models.Model):
 
 
 class Step(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    """Partitioned by `journal_month` (the run's); in the database the primary key is
+    (id, run_id, journal_month) and (run_id, journal_month) references the run, so every row of
+    a run sits in its run's month. Writers copy `journal_month` from the run."""
+
+    run = models.ForeignKey(
+        Run,
+        on_delete=models.CASCADE,
+        related_name="steps",
+        db_constraint=False,  # the composite key (run_id, journal_month), in SQL
+        db_index=False,  # step_index_unique_per_run leads with run_id
+    )
+    journal_month = models.DateField(editable=False)
     index = models.PositiveIntegerField()
     kind = models.CharField(max_length=10, choices=StepKind.choices)
     name = models.CharField(max_length=200)
@@ -219,7 +247,9 @@ class Step(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["run", "index"], name="step_index_unique_per_run"),
+            models.UniqueConstraint(
+                fields=["run", "index", "journal_month"], name="step_index_unique_per_run"
+            ),
             models.CheckConstraint(
                 condition=Q(usage_cost_usd__gte=0), name="step_cost_non_negative"
             ),
@@ -267,15 +297,35 @@ class Step(models.Model):
     def __str__(self) -> str:
         return f"{self.run_id}#{self.index} {self.name}"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """An update never writes `journal_month` (the partition key never changes, and a step
+        the journal kernel answered with does not carry it)."""
+        if not self._state.adding and kwargs.get("update_fields") is None:
+            kwargs["update_fields"] = [
+                f.attname
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.attname != "journal_month"
+            ]
+        super().save(*args, **kwargs)
+
     @property
     def total_tokens(self) -> int:
         return self.usage_input_tokens + self.usage_output_tokens
 
 
 class Event(models.Model):
-    """Append-only: a migration installs a trigger that refuses UPDATE and DELETE."""
+    """Append-only: a migration installs a trigger that refuses UPDATE and DELETE.
 
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    Partitioned by `journal_month` as steps are (see Step); retention drops whole months."""
+
+    run = models.ForeignKey(
+        Run,
+        on_delete=models.PROTECT,
+        related_name="events",
+        db_constraint=False,  # the composite key (run_id, journal_month), in SQL
+        db_index=False,  # event_seq_unique_per_run leads with run_id
+    )
+    journal_month = models.DateField(editable=False)
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=40)
     payload = models.JSONField(default=dict)
@@ -286,7 +336,9 @@ class Event(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["run", "seq"], name="event_seq_unique_per_run"),
+            models.UniqueConstraint(
+                fields=["run", "seq", "journal_month"], name="event_seq_unique_per_run"
+            ),
             models.CheckConstraint(condition=Q(seq__gte=1), name="event_seq_positive"),
         ]
         # event_recovery_at_idx (migration 0006, in SQL: its predicate reads the payload)
@@ -337,7 +389,10 @@ class ApprovalRule(models.Model):
 class ApprovalRequest(models.Model):
     """One step waiting for approval; bound to (run, index, arguments hash) through its step."""
 
-    step = models.OneToOneField(Step, on_delete=models.CASCADE, related_name="approval_request")
+    # no foreign key in the database: runs_step's keys carry run_id and journal_month
+    step = models.OneToOneField(
+        Step, on_delete=models.CASCADE, related_name="approval_request", db_constraint=False
+    )
     rule = models.ForeignKey(ApprovalRule, null=True, blank=True, on_delete=models.SET_NULL)
     arguments_hash = models.CharField(max_length=64)
     approvals_required = models.PositiveSmallIntegerField()

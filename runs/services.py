@@ -1092,6 +1092,7 @@ def _step_copy(fork: Run, step: Step) -> Step:
     """The original's step as the fork's: same key and result, never executed in the fork."""
     return Step(
         run=fork,
+        journal_month=fork.journal_month,
         index=step.index,
         kind=step.kind,
         name=step.name,

@@ -1,4 +1,8 @@
-"""Retention purges old finished runs, after a signed checkpoint, leaving a tombstone."""
+"""Retention drops whole old months of the journal, after a signed checkpoint, leaving a tombstone.
+
+Runs that may not go (in review, on legal hold, live, over budget) are moved aside into the keep
+partitions first and still verify; the recent months are not touched.
+"""
 
 from collections.abc import Callable
 from datetime import timedelta
@@ -12,6 +16,7 @@ from audit.models import Checkpoint, CheckpointLeaf, RetentionPolicy
 from audit.retention import retention_purge
 from audit.testdata import runs_bulk_create
 from review.audit import AuditEntry
+from runs.chain import run_chain_breaks
 from runs.models import Event, Run, Step
 
 
@@ -19,21 +24,45 @@ def _age(ids: list[Any], days: int) -> None:
     Run.objects.filter(pk__in=ids).update(finished_at=timezone.now() - timedelta(days=days))
 
 
+def _created(days_ago: int) -> Any:
+    return timezone.now() - timedelta(days=days_ago)
+
+
+def _partition_of_events(run_id: Any) -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT tableoid::regclass::text FROM runs_event WHERE run_id = %s", [run_id]
+        )
+        return {name for (name,) in cursor.fetchall()}
+
+
+def _partitions() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent IN ('runs_event'::regclass, 'runs_step'::regclass)"
+        )
+        return {name for (name,) in cursor.fetchall()}
+
+
 def test_old_finished_runs_are_purged_after_a_checkpoint_and_leave_a_tombstone(db: Any) -> None:
     RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
-    old_done = runs_bulk_create(runs=4, steps_per_run=2, status="completed")
-    old_failed = runs_bulk_create(runs=2, steps_per_run=1, status="failed")
+    old = _created(days_ago=120)
+    old_done = runs_bulk_create(runs=4, steps_per_run=2, status="completed", created_at=old)
+    old_failed = runs_bulk_create(runs=2, steps_per_run=1, status="failed", created_at=old)
     recent = runs_bulk_create(runs=3, steps_per_run=1, status="completed")
-    in_review = runs_bulk_create(runs=2, steps_per_run=1, status="needs_review")
-    live = runs_bulk_create(runs=2, steps_per_run=1, status="running")
-    over_budget = runs_bulk_create(runs=1, steps_per_run=1, status="budget_exceeded")
-    _age(old_done + old_failed + in_review + live + over_budget, days=90)
+    in_review = runs_bulk_create(runs=2, steps_per_run=1, status="needs_review", created_at=old)
+    live = runs_bulk_create(runs=2, steps_per_run=1, status="running", created_at=old)
+    over_budget = runs_bulk_create(
+        runs=1, steps_per_run=1, status="budget_exceeded", created_at=old
+    )
     _age(recent, days=3)
     heads = {str(r.pk): r.event_head for r in Run.objects.filter(pk__in=old_done + old_failed)}
 
     result = retention_purge()
 
     assert result.purged == 6 and not result.refused
+    assert result.months_dropped == (Run.objects.get(pk=in_review[0]).journal_month,)
     assert result.checkpoint_seq is not None
     checkpoint = Checkpoint.objects.get(seq=result.checkpoint_seq)
     assert set(Run.objects.values_list("pk", flat=True)) == set(
@@ -55,7 +84,7 @@ def test_old_finished_runs_are_purged_after_a_checkpoint_and_leave_a_tombstone(d
 
 
 def test_nothing_is_purged_while_the_policy_is_off(db: Any) -> None:
-    _age(runs_bulk_create(runs=2, steps_per_run=1), days=900)
+    runs_bulk_create(runs=2, steps_per_run=1, created_at=_created(days_ago=900))
     result = retention_purge()
     assert result.purged == 0 and "disabled" in result.refused
     assert Run.objects.count() == 2 and not Checkpoint.objects.exists()
@@ -63,8 +92,7 @@ def test_nothing_is_purged_while_the_policy_is_off(db: Any) -> None:
 
 def test_a_broken_chain_stops_the_purge(db: Any) -> None:
     RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=1)
-    ids = runs_bulk_create(runs=3, steps_per_run=1)
-    _age(ids, days=10)
+    ids = runs_bulk_create(runs=3, steps_per_run=1, created_at=_created(days_ago=70))
     with connection.cursor() as cursor:
         cursor.execute("SET session_replication_role = replica")
         cursor.execute(
@@ -89,7 +117,61 @@ def test_only_admins_set_the_policy_and_it_is_audited(client_for: Callable[[str]
     entry = AuditEntry.objects.get(action="retention.update")
     assert entry.details["to"] == {"enabled": True, "keep_days": 45}
 
-    _age(runs_bulk_create(runs=2, steps_per_run=1), days=60)
+    runs_bulk_create(runs=2, steps_per_run=1, created_at=_created(days_ago=100))
     admin.post("/audit/retention/", {"purge": "1"})
     assert Run.objects.count() == 0
     assert AuditEntry.objects.get(action="retention.purge").actor_name == "admins-user"
+
+
+def test_old_months_are_dropped_whole_and_runs_in_review_or_on_hold_are_moved_aside(
+    db: Any,
+) -> None:
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
+    old = _created(days_ago=100)
+    gone = runs_bulk_create(runs=5, steps_per_run=3, status="completed", created_at=old)
+    in_review = runs_bulk_create(runs=2, steps_per_run=3, status="needs_review", created_at=old)
+    on_hold = runs_bulk_create(runs=1, steps_per_run=3, status="completed", created_at=old)
+    Run.objects.filter(pk__in=on_hold).update(legal_hold=True)
+    recent = runs_bulk_create(runs=3, steps_per_run=2, status="completed")
+    old_month = Run.objects.get(pk=gone[0]).journal_month
+    suffix = f"y{old_month:%Y}m{old_month:%m}"
+    assert {f"runs_event_{suffix}", f"runs_step_{suffix}"} <= _partitions()
+    assert _partition_of_events(in_review[0]) == {f"runs_event_{suffix}"}
+    recent_events = {str(e.pk): e.hash for e in Event.objects.filter(run_id__in=recent)}
+    kept_events = Event.objects.filter(run_id__in=in_review + on_hold).count()
+
+    result = retention_purge()
+
+    assert result.months_dropped == (old_month,) and result.purged == 5 and result.kept == 3
+    # the month's partitions are gone: detached and dropped, not emptied row by row
+    assert not {f"runs_event_{suffix}", f"runs_step_{suffix}"} & _partitions()
+    assert not Run.objects.filter(pk__in=gone).exists()
+    assert not Event.objects.filter(run_id__in=gone).exists()
+    # the runs that may not go were moved aside first, whole, and still verify
+    for run in Run.objects.filter(pk__in=in_review + on_hold):
+        assert _partition_of_events(run.pk) == {"runs_event_keep"}
+        assert Step.objects.filter(run=run).count() == 3
+        assert run_chain_breaks(run) == []
+    assert Event.objects.filter(run_id__in=in_review + on_hold).count() == kept_events
+    # the recent month is untouched
+    assert {str(e.pk): e.hash for e in Event.objects.filter(run_id__in=recent)} == recent_events
+    assert Run.objects.filter(pk__in=recent).count() == 3
+    tombstones = AuditEntry.objects.filter(action="retention.purge")
+    assert {r["id"] for t in tombstones for r in t.details["runs"]} == {str(i) for i in gone}
+
+
+def test_a_run_moved_aside_goes_row_by_row_once_it_may(db: Any) -> None:
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
+    on_hold = runs_bulk_create(runs=2, steps_per_run=2, created_at=_created(days_ago=100))
+    Run.objects.filter(pk__in=on_hold).update(legal_hold=True)
+    first = retention_purge()
+    assert first.purged == 0 and first.kept == 2 and len(first.months_dropped) == 1
+    assert Run.objects.filter(pk__in=on_hold).count() == 2
+
+    Run.objects.filter(pk=on_hold[0]).update(legal_hold=False)  # the hold is lifted
+    second = retention_purge()
+
+    assert second.purged == 1 and second.months_dropped == ()
+    assert list(Run.objects.values_list("pk", flat=True)) == [on_hold[1]]
+    assert not Event.objects.filter(run_id=on_hold[0]).exists()
+    assert run_chain_breaks(Run.objects.get(pk=on_hold[1])) == []

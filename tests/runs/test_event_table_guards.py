@@ -72,9 +72,12 @@ def test_a_role_that_does_not_own_the_table_cannot_purge_even_with_the_switch_on
         transaction.set_rollback(True)
 
 
+# the row carries its run's journal_month (the partition key), as every writer's does
 INSERT = (
-    "INSERT INTO runs_event (run_id, seq, type, payload, actor, at, prev_hash, hash) "
-    "VALUES (%s, %s, 'step_done', '{}', 'worker:mallory', now(), %s, %s)"
+    "WITH v (run_id, seq, prev, hash) AS (VALUES (%s::uuid, %s::integer, %s, %s)) "
+    "INSERT INTO runs_event (run_id, journal_month, seq, type, payload, actor, at, prev_hash, "
+    "hash) SELECT v.run_id, r.journal_month, v.seq, 'step_done', '{}', 'worker:mallory', now(), "
+    "v.prev, v.hash FROM v JOIN runs_run r ON r.id = v.run_id"
 )
 
 
