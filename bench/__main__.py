@@ -215,6 +215,9 @@ def _run_part(ctx: Ctx, part: str, workers: int, threads: int) -> None:
     elif part == "nodes":
         from bench import part_nodes
 
+        missing = part_nodes.missing_programs()
+        if missing:
+            raise PartSkipped(f"{', '.join(missing)} not installed")
         part_nodes.run(ctx, workers, threads)
     elif part == "waiters":
         from bench import part_waiters

@@ -50,6 +50,16 @@ END
 """
 
 
+def missing_programs() -> list[str]:
+    """What this part needs and the machine lacks: PostgreSQL's server binaries, PgBouncer."""
+    missing = []
+    if not glob.glob("/usr/lib/postgresql/*/bin/pg_basebackup"):
+        missing.append("PostgreSQL's server binaries (initdb, pg_basebackup)")
+    if not (shutil.which("pgbouncer") or Path("/usr/sbin/pgbouncer").exists()):
+        missing.append("Debian's pgbouncer")
+    return missing
+
+
 def _as_postgres(args: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
 
