@@ -214,6 +214,10 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
 
     assert settings.DATABASE_POOLER == "pgbouncer", "TEST_THROUGH_PGBOUNCER needs DATABASE_POOLER"
     upstream = int(connection.settings_dict["PORT"] or 5432)
+    # the ?wait= listener keeps its direct connection (LISTEN needs a session), here and in the
+    # servers the tests start (they inherit the environment)
+    listen_url, settings.DATABASE_LISTEN_URL = settings.DATABASE_LISTEN_URL, test_database_url()
+    os.environ["DATABASE_LISTEN_URL"] = settings.DATABASE_LISTEN_URL
     with pgbouncer(pool_size=8, upstream_port=upstream) as port, django_db_blocker.unblock():
         originals = {}
         for conn in connections.all():
@@ -227,6 +231,8 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
                 conn.close()
                 host, original_port = originals[conn.alias]
                 conn.settings_dict.update(HOST=host, PORT=original_port)
+            settings.DATABASE_LISTEN_URL = listen_url
+            os.environ.pop("DATABASE_LISTEN_URL", None)
 
 
 def chain_problems(run_id: Any) -> list[str]:
