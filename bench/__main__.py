@@ -1,4 +1,4 @@
-"""python -m bench [all|step|throughput|recovery|gateway|waiters|dashboard|scaling ...] [--quick|--smoke]
+"""python -m bench [all|step|throughput|recovery|gateway|waiters|dashboard|scaling|nodes ...] [--quick|--smoke]
 
 Starts the real stack itself (gunicorn against the bench database, PostgreSQL with its default
 durability), measures, and writes bench/RESULTS.md with results.json beside it. Every process
@@ -21,7 +21,17 @@ from bench.common import BENCH, BENCH_DB, BENCH_VENV_PY, Figure, machine_descrip
 from bench.context import TIERS, Ctx
 from bench.results import Results
 
-PARTS = ["step", "throughput", "recovery", "gateway", "waiters", "dashboard", "scaling", "console"]
+PARTS = [
+    "step",
+    "throughput",
+    "recovery",
+    "gateway",
+    "waiters",
+    "dashboard",
+    "scaling",
+    "console",
+    "nodes",
+]
 BENCH_VENV_PACKAGES = [
     "dbos",
     "langgraph",
@@ -202,6 +212,13 @@ def _run_part(ctx: Ctx, part: str, workers: int, threads: int) -> None:
         from bench import part_console
 
         part_console.run(ctx, workers, threads)
+    elif part == "nodes":
+        from bench import part_nodes
+
+        missing = part_nodes.missing_programs()
+        if missing:
+            raise PartSkipped(f"{', '.join(missing)} not installed")
+        part_nodes.run(ctx, workers, threads)
     elif part == "waiters":
         from bench import part_waiters
 

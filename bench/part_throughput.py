@@ -34,8 +34,12 @@ def _cpu_seconds(pid: int) -> float:
     return total
 
 
-def _load(url: str, token: str, concurrency: int, seconds: float) -> tuple[float, int, int]:
-    """(steps/s, steps, errors) from min(concurrency, 4) client processes started together."""
+def _load(
+    url: str | list[str], token: str, concurrency: int, seconds: float
+) -> tuple[float, int, int]:
+    """(steps/s, steps, errors) from min(concurrency, 4) client processes started together;
+    given several URLs (web nodes), client process i talks to URL i modulo their number."""
+    urls = [url] if isinstance(url, str) else url
     procs_n = min(concurrency, 4)
     per = [concurrency // procs_n + (1 if i < concurrency % procs_n else 0) for i in range(procs_n)]
     start_at = time.time() + 1.0  # every client imports first, then they start together
@@ -45,7 +49,7 @@ def _load(url: str, token: str, concurrency: int, seconds: float) -> tuple[float
                 sys.executable,
                 "-m",
                 "bench.load",
-                url,
+                urls[i % len(urls)],
                 token,
                 "--threads",
                 str(n),
@@ -59,7 +63,7 @@ def _load(url: str, token: str, concurrency: int, seconds: float) -> tuple[float
             text=True,
             start_new_session=True,
         )
-        for n in per
+        for i, n in enumerate(per)
     ]
     steps = errors = 0
     elapsed = 0.0

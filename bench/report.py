@@ -20,6 +20,7 @@ TITLES = {
     "scaling": "6. Scaling curve",
     "profile": "Profiles of missed targets",
     "console": "7. Operator's console (overview, timeline)",
+    "nodes": "8. Past one machine: web nodes through PgBouncer, replica lag",
 }
 
 METHOD = """\
@@ -92,6 +93,7 @@ def write_report(results: Results, path: Path) -> None:
         "dashboard",
         "scaling",
         "console",
+        "nodes",
         "profile",
     ]:
         names = results.part_figures.get(part, [])

@@ -116,6 +116,10 @@ if DATABASE_POOLER not in ("", "pgbouncer"):
     raise ImproperlyConfigured("DATABASE_POOLER is 'pgbouncer' or unset.")
 if DATABASE_POOLER == "pgbouncer":
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+# LISTEN is session state: the ?wait= waiters' listener (runs/waiting.py) connects here, a direct
+# connection to the primary, when DATABASE_URL goes through a transaction pooler (which would hand
+# its notifications to whichever client holds that server connection next, or to nobody).
+DATABASE_LISTEN_URL = os.environ.get("DATABASE_LISTEN_URL", "")
 # A hot standby for what only shows things (dashboard pages, exports): config/routers.py.
 DATABASE_REPLICA_URL = os.environ.get("DATABASE_REPLICA_URL", "")
 if DATABASE_REPLICA_URL:

@@ -22,10 +22,12 @@ from uuid import UUID
 
 import psycopg
 from asgiref.sync import sync_to_async
+from django.conf import settings as django_settings
 from django.core.handlers.asgi import ASGIRequest
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from runs.constants import FINAL_STATUSES, RunStatus
@@ -41,6 +43,11 @@ SETTLED = frozenset({*FINAL_STATUSES, RunStatus.NEEDS_REVIEW, RunStatus.BUDGET_E
 
 
 def _conninfo() -> dict[str, Any]:
+    """Where the listener connects: DATABASE_LISTEN_URL (a direct connection, when the default
+    database is behind a transaction pooler: LISTEN needs a session), else the default database."""
+    if django_settings.DATABASE_LISTEN_URL:
+        url = django_settings.DATABASE_LISTEN_URL.replace("postgres://", "postgresql://", 1)
+        return {**conninfo_to_dict(url), "autocommit": True}
     settings = connection.settings_dict  # no query: the loop thread's wrapper stays unused
     params: dict[str, Any] = {"dbname": settings["NAME"], "autocommit": True}
     for key, name in (("USER", "user"), ("PASSWORD", "password"), ("HOST", "host")):

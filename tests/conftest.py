@@ -89,7 +89,7 @@ def stop_process(proc: subprocess.Popen[Any]) -> None:
 
 
 @contextmanager
-def gunicorn_server(
+def gunicorn_process(
     *,
     port: int | None = None,
     env: dict[str, str] | None = None,
@@ -97,8 +97,11 @@ def gunicorn_server(
     threads: int = 4,
     timeout: int = 30,
     log_name: str = "gunicorn",
-) -> Iterator[str]:
-    """A real gunicorn serving the project against the test database; yields its base URL.
+    own_group: bool = False,
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A real gunicorn serving the project against the test database; yields its base URL and
+    its master process. `own_group`: the master leads its own process group, so a test can
+    SIGKILL the whole node (master and workers) the way a machine dies.
 
     `env` is added to this process's environment (an SMTP sink, a broker of the suite's own).
     """
@@ -131,13 +134,31 @@ def gunicorn_server(
             env=full_env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=own_group,
         )
         url = f"http://127.0.0.1:{port}"
         try:
             wait_for_http(f"{url}/api/v1/schema/", proc=proc)
-            yield url
+            yield url, proc
         finally:
             stop_process(proc)
+
+
+@contextmanager
+def gunicorn_server(
+    *,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    workers: int = 2,
+    threads: int = 4,
+    timeout: int = 30,
+    log_name: str = "gunicorn",
+) -> Iterator[str]:
+    """A real gunicorn serving the project against the test database; yields its base URL."""
+    with gunicorn_process(
+        port=port, env=env, workers=workers, threads=threads, timeout=timeout, log_name=log_name
+    ) as (url, _proc):
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -175,6 +196,43 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 # the agents' real stack (fixed ports): registered once here, shared by every suite that uses it
 from tests.agents.fixtures import agent_ledger_url, desk, smtp_sink  # noqa: E402, F401
 from tests.review.browser import browser  # noqa: E402, F401  (fixture)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test database; with TEST_THROUGH_PGBOUNCER=1 every connection of the
+    session (and of the servers and workers it starts, which take test_database_url()) then goes
+    through a PgBouncer in transaction pooling mode. scripts/test runs the API, recovery and
+    dashboard groups that way, with DATABASE_POOLER=pgbouncer as a deployment behind it sets."""
+    if os.environ.get("TEST_THROUGH_PGBOUNCER") != "1":
+        yield
+        return
+    from django.conf import settings
+    from django.db import connections
+
+    from tests.scale.helpers import pgbouncer
+
+    assert settings.DATABASE_POOLER == "pgbouncer", "TEST_THROUGH_PGBOUNCER needs DATABASE_POOLER"
+    upstream = int(connection.settings_dict["PORT"] or 5432)
+    # the ?wait= listener keeps its direct connection (LISTEN needs a session), here and in the
+    # servers the tests start (they inherit the environment)
+    listen_url, settings.DATABASE_LISTEN_URL = settings.DATABASE_LISTEN_URL, test_database_url()
+    os.environ["DATABASE_LISTEN_URL"] = settings.DATABASE_LISTEN_URL
+    with pgbouncer(pool_size=8, upstream_port=upstream) as port, django_db_blocker.unblock():
+        originals = {}
+        for conn in connections.all():
+            conn.close()
+            originals[conn.alias] = (conn.settings_dict["HOST"], conn.settings_dict["PORT"])
+            conn.settings_dict.update(HOST="127.0.0.1", PORT=port)
+        try:
+            yield
+        finally:
+            for conn in connections.all():
+                conn.close()
+                host, original_port = originals[conn.alias]
+                conn.settings_dict.update(HOST=host, PORT=original_port)
+            settings.DATABASE_LISTEN_URL = listen_url
+            os.environ.pop("DATABASE_LISTEN_URL", None)
 
 
 def chain_problems(run_id: Any) -> list[str]:

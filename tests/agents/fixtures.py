@@ -14,8 +14,10 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email import message_from_bytes
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +27,7 @@ from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
 from tests.agents.ports import port_in_range
 from tests.conftest import ROOT, gunicorn_server
+from tests.conftest import test_database_url as database_url
 from tools.models import KnowledgeArticle, OutboundEmail, Ticket
 
 LEDGER_PORT = port_in_range(8210, 8219)
@@ -193,10 +196,9 @@ def support_policy(**limits: Any) -> BudgetPolicy:
     return policy
 
 
-@pytest.fixture
-def desk(agent_ledger_url: str, smtp_sink: SmtpSink, transactional_db: Any) -> AgentDesk:
-    """A worker token, the support agent's budget and a small knowledge base."""
-    _, token = worker_token_create(name="agents-test")
+def support_desk_token(name: str = "agents-test") -> str:
+    """A worker token, the support agent's budget and a small knowledge base; the raw token."""
+    _, token = worker_token_create(name=name)
     support_policy()
     for slug, title, body in [
         ("refunds", "Refunds for double charges", "Duplicate card charges are refunded in 5 days."),
@@ -204,7 +206,102 @@ def desk(agent_ledger_url: str, smtp_sink: SmtpSink, transactional_db: Any) -> A
         ("passwords", "Resetting a password", "Reset links expire after one hour."),
     ]:
         KnowledgeArticle.objects.get_or_create(slug=slug, defaults={"title": title, "body": body})
-    return AgentDesk(url=agent_ledger_url, token=token, smtp=smtp_sink)
+    return token
+
+
+@pytest.fixture
+def desk(agent_ledger_url: str, smtp_sink: SmtpSink, transactional_db: Any) -> AgentDesk:
+    """A worker token, the support agent's budget and a small knowledge base."""
+    return AgentDesk(url=agent_ledger_url, token=support_desk_token(), smtp=smtp_sink)
+
+
+@contextmanager
+def celery_app_on(broker_url: str) -> Iterator[None]:
+    """Point this process's Celery app (what it enqueues: agent runs, re-dispatches) at a suite's
+    own broker, then back."""
+    from config.celery import app
+
+    previous = app.conf.broker_url
+    app.conf.update(broker_url=broker_url)
+    assert app.conf.broker_url == broker_url, "CELERY_BROKER_URL in the environment wins"
+    app._after_fork()  # type: ignore[attr-defined]  # drop pooled connections to the old broker
+    try:
+        yield
+    finally:
+        app.conf.update(broker_url=previous)
+        app._after_fork()  # type: ignore[attr-defined]
+
+
+def celery_worker_start(
+    *,
+    broker_url: str,
+    ledger_url: str,
+    token: str,
+    name: str | None = None,
+    concurrency: int = 1,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A real `celery worker` node (prefork) for the agents, in its own process group like a pod
+    (os.killpg kills the node whole); `env` is added to this process's environment. Returns once it is ready, with its log's path. The caller
+    stops it (`celery_worker_stop`)."""
+    name = name or f"agents-test-{uuid.uuid4().hex[:6]}"
+    log_path = ROOT / ".pytest_cache" / f"{name}.log"
+    log_path.parent.mkdir(exist_ok=True)
+    full_env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("AGENT_CRASH", "AGENT_STOP"))
+    }
+    full_env.update(
+        {
+            "DATABASE_URL": database_url(),
+            "CELERY_BROKER_URL": broker_url,
+            "LEDGER_URL": ledger_url,
+            "LEDGER_TOKEN": token,
+            **(env or {}),
+        }
+    )
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "-l",
+                "info",
+                "-P",
+                "prefork",
+                "-c",
+                str(concurrency),
+                "-n",
+                f"{name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, like a pod
+        )
+    deadline = time.monotonic() + 60
+    while b"ready." not in log_path.read_bytes():
+        assert proc.poll() is None, log_path.read_text()
+        assert time.monotonic() < deadline, "celery worker not ready in 60 s"
+        time.sleep(0.2)
+    return proc, log_path
+
+
+def celery_worker_stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def effects_for(desk: AgentDesk, customer: str) -> tuple[int, int, int]:

@@ -8,11 +8,8 @@ chain through the pooler.
 """
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -26,11 +23,10 @@ from django.db import connection
 from runs.chain import run_chain_breaks
 from runs.models import Run, Step
 from runs.tokens import worker_token_create
-from tests.conftest import ROOT, free_port, gunicorn_server, stop_process
+from tests.conftest import ROOT, gunicorn_server
 from tests.review.factories import user_in
-from tests.scale.helpers import log_in
+from tests.scale.helpers import PGBOUNCER, log_in, pgbouncer
 
-PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not Path(PGBOUNCER).exists(), reason="Debian's pgbouncer is not installed"),
@@ -41,39 +37,8 @@ POOL_SIZE = 3
 @pytest.fixture(scope="module")
 def pgbouncer_port() -> Iterator[int]:
     """A PgBouncer in transaction pooling mode in front of the test server, on a free port."""
-    port = free_port()
-    folder = Path(tempfile.mkdtemp(prefix="ledger-pgbouncer-"))
-    folder.chmod(0o755)
-    (folder / "userlist.txt").write_text('"root" ""\n')
-    (folder / "pgbouncer.ini").write_text(
-        "[databases]\n"
-        "* = host=127.0.0.1 port=5432\n"
-        "[pgbouncer]\n"
-        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
-        f"auth_type = trust\nauth_file = {folder / 'userlist.txt'}\n"
-        f"pool_mode = transaction\ndefault_pool_size = {POOL_SIZE}\nmax_client_conn = 200\n"
-    )
-    for path in folder.iterdir():
-        path.chmod(0o644)
-    # PgBouncer refuses to run as root; as root, drop to the postgres user
-    user = ["-u", "postgres"] if os.geteuid() == 0 else []
-    log = open(ROOT / ".pytest_cache" / f"pgbouncer-{port}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [PGBOUNCER, *user, str(folder / "pgbouncer.ini")], stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", port)):
-                    break
-            except OSError:
-                time.sleep(0.1)
+    with pgbouncer(pool_size=POOL_SIZE) as port:
         yield port
-    finally:
-        stop_process(proc)
-        log.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,0 +1,185 @@
+"""Two web nodes and two Celery worker nodes on one PostgreSQL and one broker; one of each is
+SIGKILLed mid-run, whole (master and workers, as a machine dies). Nothing is lost, nothing is done
+twice.
+
+The support agent runs on the worker nodes and reaches the ledger through a round-robin balancer
+over both web nodes, so its calls are spread over them and, after the kill, go to the survivor.
+Beat's two safety nets (the reaper of expired leases and the re-dispatch of idle runs) are called
+by the test while it waits, as beat would call them. The counts of runs, steps and effects before
+the kill and at the end are printed (`-s` shows them).
+
+Isolation: Redis DB 8 (no other suite uses it), OS-assigned ports for the web nodes and the
+balancer, the session's SMTP sink of tests/agents/fixtures.py.
+"""
+
+import os
+import signal
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+
+from agents.services import agent_run_start
+from agents.support import ticket_input
+from runs.chain import run_chain_breaks
+from runs.models import Event, Run, Step
+from runs.services import runs_reap_expired_leases, runs_redispatch_idle
+from tests.agents.fixtures import (
+    SMTP_PORT,
+    SmtpSink,
+    celery_app_on,
+    celery_worker_start,
+    celery_worker_stop,
+    support_desk_token,
+)
+from tests.conftest import gunicorn_process
+from tests.scale.helpers import RoundRobinBalancer
+from tools.models import OutboundEmail, Ticket
+
+pytestmark = pytest.mark.slow
+
+BROKER_URL = "redis://127.0.0.1:6379/8"
+RUNS = 16
+LEASE_TTL = "5"
+
+
+def counts(customers: list[str], smtp: SmtpSink) -> dict[str, Any]:
+    runs = Run.objects.filter(agent="support", input__ticket__customer__in=customers)
+    return {
+        "runs": dict(Counter(runs.values_list("status", flat=True))),
+        "steps": Step.objects.filter(run__in=runs).count(),
+        "tickets": Ticket.objects.filter(customer__in=customers).count(),
+        "emails": OutboundEmail.objects.filter(to__in=customers).count(),
+        "smtp_messages": sum(len(smtp.to(c)) for c in customers),
+    }
+
+
+def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double_nothing(
+    transactional_db: Any, smtp_sink: SmtpSink
+) -> None:
+    redis.Redis.from_url(BROKER_URL).flushdb()
+    token = support_desk_token(name="node-chaos")
+    web_env = {
+        "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "EMAIL_HOST": "127.0.0.1",
+        "EMAIL_PORT": str(SMTP_PORT),
+        "CELERY_BROKER_URL": BROKER_URL,
+    }
+    tag = uuid.uuid4().hex[:8]
+    customers = [f"nodes-{tag}-{i}@example.com" for i in range(RUNS)]
+    workers = []
+    with (
+        gunicorn_process(env=web_env, workers=2, threads=4, own_group=True, log_name="web-a") as (
+            node_a,
+            web_a,
+        ),
+        gunicorn_process(env=web_env, workers=2, threads=4, own_group=True, log_name="web-b") as (
+            node_b,
+            _web_b,
+        ),
+        celery_app_on(BROKER_URL),
+    ):
+        balancer = RoundRobinBalancer([node_a, node_b])
+        try:
+            for n in (1, 2):
+                workers.append(
+                    celery_worker_start(
+                        broker_url=BROKER_URL,
+                        ledger_url=balancer.url,
+                        token=token,
+                        name=f"chaos-w{n}-{tag}",
+                        concurrency=2,
+                        env={"AGENT_LEASE_TTL": LEASE_TTL},
+                    )[0]
+                )
+            victim_worker = f"celery:chaos-w1-{tag}@"
+            run_ids = []
+            for i, customer in enumerate(customers):
+                run, _ = agent_run_start(
+                    agent="support",
+                    input=ticket_input(
+                        f"T-{tag}-{i}", customer=customer, subject="Charged twice", body="Refund?"
+                    ),
+                    external_id=f"ticket:T-{tag}-{i}",
+                    actor="test",
+                )
+                run_ids.append(run.pk)
+
+            # chaos: once three runs are done and worker node 1 is in the middle of one, kill
+            # web node A and then worker node 1, each whole, with SIGKILL
+            deadline = time.monotonic() + 120
+            while True:
+                assert time.monotonic() < deadline, counts(customers, smtp_sink)
+                completed = Run.objects.filter(pk__in=run_ids, status="completed").count()
+                assert completed < RUNS, "every run finished before the chaos could start"
+                mid_run = Run.objects.filter(
+                    pk__in=run_ids,
+                    status="running",
+                    lease_worker__startswith=victim_worker,
+                    step_count__gte=3,
+                    step_count__lt=18,
+                ).first()
+                if mid_run is not None and completed >= 3:  # some effects exist already
+                    break
+                time.sleep(0.05)
+            os.killpg(web_a.pid, signal.SIGKILL)
+            os.killpg(workers[0].pid, signal.SIGKILL)
+            before = counts(customers, smtp_sink)
+            served_before = dict(balancer.served)
+            print(f"\nkilled web node {node_a} and worker node 1 during run {mid_run.pk}")
+            print(f"before: {before}")
+            print(f"connections per web node before the kill: {served_before}")
+            assert web_a.wait(timeout=10) == -signal.SIGKILL
+            assert workers[0].wait(timeout=10) == -signal.SIGKILL
+            assert 3 <= before["runs"].get("completed", 0) < RUNS
+            assert before["steps"] < RUNS * 20
+            assert 3 <= before["tickets"] < RUNS and 3 <= before["smtp_messages"] < RUNS
+
+            # the survivors finish everything; beat's safety nets hand the dead node's runs on
+            deadline = time.monotonic() + 240
+            while Run.objects.filter(pk__in=run_ids, status="completed").count() < RUNS:
+                assert time.monotonic() < deadline, counts(customers, smtp_sink)
+                assert not Run.objects.filter(
+                    pk__in=run_ids, status__in=["needs_review", "failed", "budget_exceeded"]
+                ).exists(), counts(customers, smtp_sink)
+                runs_reap_expired_leases()
+                runs_redispatch_idle(idle_seconds=10)
+                time.sleep(1)
+            after = counts(customers, smtp_sink)
+            served_after = dict(balancer.served)
+        finally:
+            balancer.close()
+            for proc in workers:
+                celery_worker_stop(proc)
+
+    recovered = Event.objects.filter(
+        run_id__in=run_ids, type="lease_acquired", payload__recovery=True
+    ).count()
+    print(f"after: {after}")
+    print(f"connections per web node at the end: {served_after}")
+    print(f"recovery leases: {recovered}")
+
+    # both web nodes served the agents' calls before the kill; only the survivor after it
+    assert served_before.get(node_a, 0) > 0 and served_before.get(node_b, 0) > 0
+    assert served_after[node_a] == served_before[node_a]
+    assert served_after[node_b] > served_before[node_b]
+    # nothing lost: every run completed its 20 steps, on a clean chain
+    assert after["runs"] == {"completed": RUNS}
+    assert after["steps"] == RUNS * 20
+    for run in Run.objects.filter(pk__in=run_ids):
+        assert (run.step_count, run.used_steps) == (20, 20)
+        assert run_chain_breaks(run) == []
+    # the run that was in flight on the killed worker node was taken over from its journal
+    leases = list(Event.objects.filter(run_id=mid_run.pk, type="lease_acquired").order_by("seq"))
+    assert leases[-1].payload["recovery"] is True
+    assert leases[-1].payload["worker"] != leases[0].payload["worker"]
+    # nothing doubled: no step ran twice, one ticket, one email row, one SMTP message a customer
+    assert not Step.objects.filter(run_id__in=run_ids, executions__gt=1).exists()
+    assert (after["tickets"], after["emails"], after["smtp_messages"]) == (RUNS, RUNS, RUNS)
+    for customer in customers:
+        assert Ticket.objects.filter(customer=customer).count() == 1
+        assert OutboundEmail.objects.filter(to=customer).count() == 1
+        assert len(smtp_sink.to(customer)) == 1
