@@ -264,7 +264,7 @@ def _recover_open_intents(run: Run, *, actor: str, now: datetime) -> list[Step]:
                 step_move(step, StepState.UNKNOWN)
                 event_type = EventType.STEP_UNKNOWN
                 payload["why"] = "the key is in progress with a stale lock: it may have been sent"
-        if event_type == "reconciled":
+        if event_type == EventType.RECONCILED:
             payload["result_hash"] = arguments_hash(step.result)  # binds the copied result
         step.save()
         event_append(run, type=event_type, payload=payload, actor=actor, at=now)
