@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from runs.constants import Resolution, RunStatus
+from runs.constants import BUDGET_LIMITS, Resolution, RunStatus
 from runs.models import ApprovalRule, BudgetPolicy
 
 
@@ -179,8 +179,7 @@ class LimitsForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        names = ("steps", "tokens", "cost_usd", "wall_seconds", "recoveries")
-        if not self.errors and all(data.get(n) is None for n in names):
+        if not self.errors and all(data.get(n) is None for n in BUDGET_LIMITS):
             raise forms.ValidationError("Give at least one new limit.")
         return data
 

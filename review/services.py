@@ -27,7 +27,7 @@ from review.models import Escalation, EscalationWebhook, LoginFailure, WebhookDe
 from review.roles import SUPERVISORS
 from runs import clock
 from runs.api_errors import ApplicationError
-from runs.constants import EnforcedBy, Resolution, RunStatus, StepState
+from runs.constants import BUDGET_LIMITS, EnforcedBy, Resolution, RunStatus, StepState
 from runs.models import ApprovalRule, BudgetPolicy, Run, Step, TokenScope, WorkerToken
 from runs.services import (
     approval_expire_if_due,
@@ -375,13 +375,7 @@ def review_run_decide(*, user: AbstractBaseUser, run_id: UUID | str, action: str
         return run
 
 
-LIMIT_FIELDS = (
-    "limit_steps",
-    "limit_tokens",
-    "limit_cost_usd",
-    "limit_wall_seconds",
-    "limit_recoveries",
-)
+LIMIT_FIELDS = tuple(f"limit_{name}" for name in BUDGET_LIMITS)
 
 
 def review_limits_raise(

@@ -20,6 +20,7 @@ from runs import clock, kernel
 from runs.api_errors import ApplicationError
 from runs.canonical import GENESIS_HASH, arguments_hash
 from runs.constants import (
+    BUDGET_LIMITS,
     FINAL_STATUSES,
     RUN_TRANSITIONS,
     ApprovalOutcome,
@@ -61,19 +62,17 @@ def budget_policy_for(agent: str) -> BudgetPolicy | None:
 
 
 def budget_of(run: Run) -> dict[str, Any]:
+    """A run's limits (`limit_<name>`) and use (`used_<name>`, no use of wall time) by limit name."""
+
+    def shown(name: str, value: Any) -> Any:
+        return money(value) if name == "cost_usd" and value is not None else value
+
     return {
-        "limits": {
-            "steps": run.limit_steps,
-            "tokens": run.limit_tokens,
-            "cost_usd": None if run.limit_cost_usd is None else money(run.limit_cost_usd),
-            "wall_seconds": run.limit_wall_seconds,
-            "recoveries": run.limit_recoveries,
-        },
+        "limits": {name: shown(name, getattr(run, f"limit_{name}")) for name in BUDGET_LIMITS},
         "used": {
-            "steps": run.used_steps,
-            "tokens": run.used_tokens,
-            "cost_usd": money(run.used_cost_usd),
-            "recoveries": run.used_recoveries,
+            name: shown(name, getattr(run, f"used_{name}"))
+            for name in BUDGET_LIMITS
+            if name != "wall_seconds"
         },
         "deadline": run.deadline.isoformat(),
     }
@@ -891,13 +890,7 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
             status_code=400,
             details={"note": ["Required."]},
         )
-    fields = {
-        "steps": "limit_steps",
-        "tokens": "limit_tokens",
-        "cost_usd": "limit_cost_usd",
-        "wall_seconds": "limit_wall_seconds",
-        "recoveries": "limit_recoveries",
-    }
+    fields = {name: f"limit_{name}" for name in BUDGET_LIMITS}
     with transition(run_id, actor=f"user:{by}") as t:
         run = t.run
         if run.status in FINAL_STATUSES:
