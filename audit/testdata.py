@@ -17,9 +17,14 @@ from typing import Any
 from django.db import connection
 from django.db.models import Model
 
-from runs.canonical import GENESIS_HASH, arguments_hash, event_hash, idempotency_key
+from runs.canonical import (
+    GENESIS_HASH,
+    arguments_hash,
+    event_body,
+    event_hash,
+    idempotency_key,
+)
 from runs.constants import EventType
-from runs.kernel import event_body
 from runs.models import Event, Run, Step
 from runs.services import money
 

@@ -3,7 +3,7 @@
     python -m bench.datagen --runs 100000 [--steps 20] [--unknown 5000] [--light]
 
 Runs, steps and events are written with PostgreSQL COPY; every event hash is computed exactly
-as `runs.kernel.event_append` does (via `runs.canonical`), so `verify_journal` and exports
+as `runs.kernel.event_append` does (`runs.canonical.event_body` and `event_hash`), so `verify_journal` and exports
 verify. `--unknown N` makes N runs `needs_review` with their last step `unknown` (the review
 queue). `--light` writes 1-step runs (the runs beyond 100k of the scaling curve's 1M tier).
 The generator tops up: it appends runs to whatever is there.
@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 
 from bench.common import BENCH_DB, PG_HOST, PG_PORT, PG_USER
+from runs.canonical import event_body, event_hash
 
 GENESIS = "0" * 64
 RUN_COLS = (
@@ -64,17 +65,10 @@ class _Chain:
     def add(self, type_: str, payload: dict[str, Any], actor: str, at: datetime) -> None:
         self.seq += 1
         at_iso = at.isoformat()
-        body = {
-            "run": self.run,
-            "seq": self.seq,
-            "type": type_,
-            "payload": payload,
-            "actor": actor,
-            "at": at_iso,
-        }
-        digest = hashlib.sha256(
-            self.head.encode("ascii") + _canon(body).encode("utf-8")
-        ).hexdigest()
+        body = event_body(
+            run_id=self.run, seq=self.seq, type=type_, payload=payload, actor=actor, at=at_iso
+        )
+        digest = event_hash(prev_hash=self.head, body=body)
         self.events.append(
             f"{self.run}\t{self.seq}\t{type_}\t{_copy_text(_canon(payload))}\t{actor}\t{at_iso}\t{self.head}\t{digest}\n"
         )

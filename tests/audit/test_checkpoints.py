@@ -195,8 +195,7 @@ def test_after_a_key_rotation_the_export_verifies_with_both_public_keys(
 
 def _rewrite_chain_with_recomputed_hashes(run_id: Any, *, from_seq: int) -> None:
     """A careful attacker: edit one event, recompute every hash after it and the run's head."""
-    from runs.canonical import event_hash
-    from runs.kernel import event_body
+    from runs.canonical import event_body, event_hash
     from runs.models import Run
 
     with connection.cursor() as cursor:
