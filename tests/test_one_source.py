@@ -140,3 +140,21 @@ def test_a_count_named_after_its_events_and_a_run_status_are_not_event_literals(
         "usage = {'cost_usd': '0.1'}\n"
     )
     assert literals_in(source, "x.py") == []
+
+
+def test_a_tools_refusal_is_an_application_error_in_the_one_envelope():
+    from runs.api_errors import ApplicationError, error_body
+    from tools.idempotency import ToolError
+
+    refusal = ToolError("ticket_closed", "Ticket 3 is closed.", details={"ticket_id": 3})
+
+    assert isinstance(refusal, ApplicationError)
+    assert refusal.status_code == 422
+    assert refusal.body() == error_body("ticket_closed", "Ticket 3 is closed.", {"ticket_id": 3})
+    assert refusal.body() == {
+        "error": {
+            "code": "ticket_closed",
+            "message": "Ticket 3 is closed.",
+            "details": {"ticket_id": 3},
+        }
+    }
