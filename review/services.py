@@ -86,12 +86,15 @@ def review_step_resolve(
             )
         claimed = (
             Step.objects.select_related("claimed_by")
-            .filter(run_id=run_id, index=index, claim_expires_at__gt=clock.now())
+            .filter(run_id=run_id, index=index)
             .exclude(claimed_by_id=user.pk)
-            .exclude(claimed_by=None)
             .first()
         )
-        if claimed is not None and claimed.state == StepState.UNKNOWN:
+        if (
+            claimed is not None
+            and claimed.state == StepState.UNKNOWN
+            and claimed.claim_is_live(clock.now())
+        ):
             assert claimed.claimed_by is not None and claimed.claim_expires_at is not None
             raise ApplicationError(
                 "claimed",
@@ -322,11 +325,8 @@ def review_step_claim(*, user: AbstractBaseUser, run_id: UUID | str, index: int)
                 "not_unknown", f"Step {index} is {step.state}; there is nothing to claim."
             )
         now = clock.now()
-        if (
-            step.claimed_by_id not in (None, user.pk)
-            and step.claim_expires_at is not None
-            and step.claim_expires_at > now
-        ):
+        if step.claimed_by_id != user.pk and step.claim_is_live(now):
+            assert step.claimed_by_id is not None
             holder = get_user_model()._default_manager.get(pk=step.claimed_by_id)
             raise ApplicationError(
                 "claimed",
