@@ -61,12 +61,6 @@ class ResolveForm(forms.Form):
                 f"The observed result is not valid JSON: {exc.msg}."
             ) from exc
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if data.get("result") is not None and data.get("action") != Resolution.SENT:
-            self.add_error("result", "An observed result only goes with 'mark as sent'.")
-        return data
-
 
 class ApproveForm(forms.Form):
     note = forms.CharField(required=False, max_length=4000, strip=True)
@@ -214,12 +208,7 @@ class PolicyForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if data.get("is_default") and data.get("agent"):
-            self.add_error(
-                "agent", "The default policy applies to every agent; leave the agent empty."
-            )
-        if not data.get("is_default") and not data.get("agent") and not self.errors:
-            self.add_error("agent", "Assign the policy to an agent, or make it the default.")
+        # whether a policy needs an agent is budget_policy_save's rule, not the form's
         for name in ("max_steps", "max_tokens", "max_wall_seconds"):
             value = data.get(name)
             if value is not None and value < 1:

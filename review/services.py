@@ -31,6 +31,7 @@ from runs.constants import BUDGET_LIMITS, EnforcedBy, Resolution, RunStatus, Ste
 from runs.models import ApprovalRule, BudgetPolicy, Run, Step, TokenScope, WorkerToken
 from runs.services import (
     approval_expire_if_due,
+    resolution_validate,
     run_limits_raise,
     run_review_decide,
     step_approve,
@@ -70,6 +71,7 @@ def review_step_resolve(
     A retry of a step nobody enforces may make the effect happen twice (the tool cannot tell a
     repeat): it needs `confirmed_may_repeat`, and the audit entry records the confirmation.
     """
+    resolution_validate(action=action, note=note, result=result)
     with transaction.atomic():
         step_now = Step.objects.filter(run_id=run_id, index=index).only("enforced_by").first()
         risky = (
@@ -442,8 +444,24 @@ def budget_policy_save(
         for field in POLICY_FIELDS:
             if field in values:
                 setattr(target, field, values[field])
+        target.agent = (target.agent or "").strip() or None
+        if target.is_default and target.agent:
+            raise ApplicationError(
+                "validation_error",
+                "The default policy applies to every agent.",
+                status_code=400,
+                details={
+                    "agent": ["The default policy applies to every agent; leave the agent empty."]
+                },
+            )
+        if not target.is_default and not target.agent:
+            raise ApplicationError(
+                "validation_error",
+                "A policy belongs to an agent or is the default.",
+                status_code=400,
+                details={"agent": ["Assign the policy to an agent, or make it the default."]},
+            )
         if target.is_default:
-            target.agent = None
             BudgetPolicy.objects.filter(is_default=True).exclude(pk=target.pk).update(
                 is_default=False
             )

@@ -395,18 +395,7 @@ class StepIntentApi(APIView):
                 raise serializers.ValidationError(
                     {"invoke": ["A gateway step is a tool step and brings no outcome."]}
                 )
-            if attrs["effect"] == Effect.WRITE and attrs.get("outcome") is not None:
-                raise serializers.ValidationError(
-                    {
-                        "outcome": [
-                            "A write step takes two calls: intent before the tool runs, outcome after."
-                        ]
-                    }
-                )
-            if attrs["effect"] == Effect.READ and attrs.get("enforced_by"):
-                raise serializers.ValidationError(
-                    {"enforced_by": ["Only write steps name who enforces them."]}
-                )
+            # which effect may bring an outcome or name an enforcer: step_intent_record decides
             return attrs
 
     @extend_schema(

@@ -473,6 +473,13 @@ def step_intent_record(
             status_code=400,
             details={"outcome": ["Not allowed on a write step."]},
         )
+    if effect == Effect.READ and enforced_by is not None:
+        raise ApplicationError(
+            "validation_error",
+            "Only write steps name who enforces them.",
+            status_code=400,
+            details={"enforced_by": ["Not allowed on a read step."]},
+        )
     answer = kernel.step_intent(
         run_id=run_id,
         epoch=epoch,
@@ -741,13 +748,9 @@ def _resume_after_review(
     _offer_on_commit(run, reason=why)
 
 
-def step_resolve(
-    *, run_id: UUID | str, index: int, action: str, note: str, by: str, result: Any = None
-) -> Step:
-    """A supervisor's decision on an `unknown` step: sent, retry (same key) or abandon.
-
-    A second resolution of the same step is refused with who already decided, and when.
-    """
+def resolution_validate(*, action: str, note: str, result: Any = None) -> None:
+    """What a decision on an unknown step must hold: a note, a known action, and an observed
+    result only with `sent` (what the person saw the tool do)."""
     if not note or not note.strip():
         raise ApplicationError(
             "validation_error",
@@ -762,6 +765,23 @@ def step_resolve(
             status_code=400,
             details={"action": [f"One of {Resolution.values}."]},
         )
+    if result is not None and action != Resolution.SENT:
+        raise ApplicationError(
+            "validation_error",
+            "An observed result only goes with 'mark as sent'.",
+            status_code=400,
+            details={"result": ["Only with the action sent: what the person saw the tool do."]},
+        )
+
+
+def step_resolve(
+    *, run_id: UUID | str, index: int, action: str, note: str, by: str, result: Any = None
+) -> Step:
+    """A supervisor's decision on an `unknown` step: sent, retry (same key) or abandon.
+
+    A second resolution of the same step is refused with who already decided, and when.
+    """
+    resolution_validate(action=action, note=note, result=result)
     with transition(run_id, actor=f"user:{by}") as t:
         run = t.run
         step = Step.objects.select_for_update().filter(run=run, index=index).first()
