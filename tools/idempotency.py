@@ -35,7 +35,6 @@ from runs import clock
 from runs.api_errors import ApplicationError, error_body
 from runs.canonical import arguments_hash, canonical_json
 from runs.constants import Resolution
-from runs.recovery import KeyState
 from tools.models import KEY_MAX_LENGTH, IdempotencyKey, KeyStatus
 
 logger = logging.getLogger(__name__)
@@ -350,22 +349,6 @@ def idempotency_key_state(*, key: str) -> dict[str, Any]:
     return body
 
 
-def idempotency_state_for_recovery(key: str) -> KeyState:
-    """What the journal's recovery asks (settings.LEDGER_KEY_STATE_LOOKUP).
-
-    completed → the tool's result (the step's result); failed → the stored error body;
-    in_progress → stale when the lock is older than the lock timeout.
-    """
-    row = IdempotencyKey.objects.filter(key=key).first()
-    if row is None:
-        return KeyState(state="absent")
-    if row.state == KeyStatus.IN_PROGRESS:
-        return KeyState(state="in_progress", stale=_is_stale(row, clock.now()))
-    if row.state == KeyStatus.COMPLETED:
-        return KeyState(state="completed", response=(row.response or {}).get("result"))
-    return KeyState(state="failed", response=row.response)
-
-
 # --- retention --------------------------------------------------------------------------------
 
 
@@ -434,6 +417,5 @@ __all__ = [
     "idempotency_keys_prune",
     "idempotency_reserve",
     "idempotency_run",
-    "idempotency_state_for_recovery",
     "idempotent",
 ]
