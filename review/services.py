@@ -21,9 +21,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from review.audit import AuditEntry, audit_record
+from review.audit import audit_record
 from review.lookups import LookupAnswer, lookup_for, tool_lookup
-from review.models import Escalation, EscalationWebhook, LoginFailure, WebhookDelivery
+from review.models import AuditEntry, Escalation, EscalationWebhook, LoginFailure, WebhookDelivery
 from review.roles import SUPERVISORS
 from runs import clock
 from runs.api_errors import ApplicationError

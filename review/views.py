@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 
 from review import evidence, selectors, services, toolside
-from review.audit import AuditEntry, audit_record
+from review.audit import audit_record
 from review.forms import (
     ApprovalRuleForm,
     ApproveForm,
@@ -36,7 +36,7 @@ from review.forms import (
     TokenForm,
     WebhookForm,
 )
-from review.models import EscalationWebhook
+from review.models import AuditEntry, EscalationWebhook
 from review.templatetags.review import waiting_badge
 from runs import clock
 from runs.api_errors import ApplicationError
