@@ -16,8 +16,8 @@ from audit.checkpoints import checkpoint_create
 from audit.exports import ExportFilters, export_jsonl
 from audit.merkle import leaf_hash, root_from_path
 from audit.models import ChainAlert, Checkpoint, CheckpointLeaf
-from audit.testdata import runs_bulk_create
 from audit.verify import load_public_key, verify_export_file
+from bench.testdata import runs_bulk_create
 from runs.canonical import GENESIS_HASH, canonical_json
 from runs.models import Event
 from tests.audit.conftest import PUBLIC_KEY
