@@ -47,6 +47,8 @@ class AuditEntry(models.Model):
             ("manage_policies", "Create and edit budget policies"),
             ("manage_tokens", "Create and revoke worker tokens"),
             ("export", "Export journals"),
+            ("run_actions", "Cancel, fork and bulk-act on runs (the console)"),
+            ("manage_audit", "Sign checkpoints, acknowledge alerts, set retention, see all exports"),
         ]
 
     def __str__(self) -> str:

@@ -2,6 +2,8 @@
 
 from typing import Any
 
+from review.models import AuditEntry
+
 SUPERVISORS = "supervisors"
 ADMINS = "admins"
 AUDITORS = "auditors"
@@ -19,18 +21,14 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
         "export",
         "view_auditentry",
         "run_actions",
+        "manage_audit",
     ],
 }
 
+# the permissions are declared once, on the model (AuditEntry.Meta.permissions)
 PERMISSION_NAMES = {
-    "browse": "Browse runs, transcripts and the review queue",
-    "resolve": "Resolve review items and claim them",
-    "raise_limits": "Raise one run's limits",
-    "manage_policies": "Create and edit budget policies",
-    "manage_tokens": "Create and revoke worker tokens",
-    "export": "Export journals",
+    **dict(AuditEntry._meta.permissions),
     "view_auditentry": "Can view audit entry",
-    "run_actions": "Cancel, fork and bulk-act on runs (the console)",
 }
 
 
