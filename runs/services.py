@@ -109,22 +109,13 @@ def _budget_exceed(run: Run, limit: dict[str, Any], *, actor: str, now: datetime
 
 
 def _refusal_for_status(run: Run) -> ApplicationError | None:
+    """The refusal a run's status gives a worker's write: the kernel's words (kernel.refusal)."""
     if run.status == RunStatus.NEEDS_REVIEW:
-        return ApplicationError(
-            "needs_review",
-            "The run waits for a supervisor's review.",
-            details={"reason": run.status_reason},
-        )
+        return kernel.refusal("needs_review", {"reason": run.status_reason}, run_id=run.pk)
     if run.status == RunStatus.BUDGET_EXCEEDED:
-        return ApplicationError(
-            "budget_exceeded",
-            f"The run's {run.status_reason} budget is spent.",
-            details={"limit": run.status_reason},
-        )
+        return kernel.refusal("budget_exceeded", {"limit": run.status_reason}, run_id=run.pk)
     if run.status in FINAL_STATUSES:
-        return ApplicationError(
-            "run_finished", f"The run is {run.status}.", details={"status": run.status}
-        )
+        return kernel.refusal("run_finished", {"status": run.status}, run_id=run.pk)
     return None
 
 
