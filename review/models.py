@@ -48,7 +48,10 @@ class AuditEntry(models.Model):
             ("manage_tokens", "Create and revoke worker tokens"),
             ("export", "Export journals"),
             ("run_actions", "Cancel, fork and bulk-act on runs (the console)"),
-            ("manage_audit", "Sign checkpoints, acknowledge alerts, set retention, see all exports"),
+            (
+                "manage_audit",
+                "Sign checkpoints, acknowledge alerts, set retention, see all exports",
+            ),
         ]
 
     def __str__(self) -> str:
