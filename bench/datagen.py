@@ -117,7 +117,7 @@ def _copy_text(value: str) -> str:
 class _Chain:
     __slots__ = ("events", "head", "run", "seq")
 
-    def __init__(self, run: str, events: list[str]) -> None:
+    def __init__(self, run: str, events: list[dict[str, str]]) -> None:
         self.run = run
         self.seq = 0
         self.head = GENESIS
@@ -150,8 +150,8 @@ def _run(
     status: str,
     created_at: datetime,
     runs_out: list[dict[str, str]],
-    steps_out: list[str],
-    events_out: list[str],
+    steps_out: list[dict[str, str]],
+    events_out: list[dict[str, str]],
 ) -> None:
     run_id = str(uuid.uuid4())
     agent = AGENTS[i % len(AGENTS)]
