@@ -46,6 +46,11 @@ class ApplicationError(Exception):
         return error_body(self.code, self.message, self.details)
 
 
+def invalid(field: str, message: str, why: str) -> ApplicationError:
+    """A 400 validation_error naming the one field at fault (`details: {field: [why]}`)."""
+    return ApplicationError("validation_error", message, status_code=400, details={field: [why]})
+
+
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_code = "payload_too_large"

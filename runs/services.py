@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
 
 from runs import clock, kernel
-from runs.api_errors import ApplicationError
+from runs.api_errors import ApplicationError, invalid
 from runs.canonical import GENESIS_HASH, arguments_hash
 from runs.constants import (
     BUDGET_LIMITS,
@@ -458,18 +458,14 @@ def step_intent_record(
     statement of the journal kernel (runs/kernel.py).
     """
     if effect == Effect.WRITE and outcome is not None:
-        raise ApplicationError(
-            "validation_error",
+        raise invalid(
+            "outcome",
             "A write step takes two calls: its intent before the tool runs, its outcome after.",
-            status_code=400,
-            details={"outcome": ["Not allowed on a write step."]},
+            "Not allowed on a write step.",
         )
     if effect == Effect.READ and enforced_by is not None:
-        raise ApplicationError(
-            "validation_error",
-            "Only write steps name who enforces them.",
-            status_code=400,
-            details={"enforced_by": ["Not allowed on a read step."]},
+        raise invalid(
+            "enforced_by", "Only write steps name who enforces them.", "Not allowed on a read step."
         )
     answer = kernel.step_intent(
         run_id=run_id,
@@ -743,25 +739,14 @@ def resolution_validate(*, action: str, note: str, result: Any = None) -> None:
     """What a decision on an unknown step must hold: a note, a known action, and an observed
     result only with `sent` (what the person saw the tool do)."""
     if not note or not note.strip():
-        raise ApplicationError(
-            "validation_error",
-            "A note is required.",
-            status_code=400,
-            details={"note": ["Required."]},
-        )
+        raise invalid("note", "A note is required.", "Required.")
     if action not in Resolution.values:
-        raise ApplicationError(
-            "validation_error",
-            "Unknown action.",
-            status_code=400,
-            details={"action": [f"One of {Resolution.values}."]},
-        )
+        raise invalid("action", "Unknown action.", f"One of {Resolution.values}.")
     if result is not None and action != Resolution.SENT:
-        raise ApplicationError(
-            "validation_error",
+        raise invalid(
+            "result",
             "An observed result only goes with 'mark as sent'.",
-            status_code=400,
-            details={"result": ["Only with the action sent: what the person saw the tool do."]},
+            "Only with the action sent: what the person saw the tool do.",
         )
 
 
