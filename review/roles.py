@@ -46,6 +46,26 @@ def groups_ensure(*, group_model: Any, permission_model: Any, content_type_model
         group.permissions.add(*[perms[c] for c in codenames])
 
 
+def groups_ensure_migration(apps: Any, schema_editor: Any) -> None:
+    """RunPython: the groups and today's permissions, on a migration's historical models."""
+    groups_ensure(
+        group_model=apps.get_model("auth", "Group"),
+        permission_model=apps.get_model("auth", "Permission"),
+        content_type_model=apps.get_model("contenttypes", "ContentType"),
+    )
+
+
+def permission_drop_migration(codename: str) -> Any:
+    """RunPython's reverse for a migration that added the permission review.<codename>."""
+
+    def drop(apps: Any, schema_editor: Any) -> None:
+        apps.get_model("auth", "Permission").objects.filter(
+            content_type__app_label="review", codename=codename
+        ).delete()
+
+    return drop
+
+
 def groups_ensure_now() -> None:
     from django.contrib.auth.models import Group, Permission
     from django.contrib.contenttypes.models import ContentType

@@ -3,25 +3,9 @@
 The audit app checked "admin" by the group's name; every other page checks a permission.
 """
 
-from typing import Any
-
 from django.db import migrations
 
-
-def grant(apps: Any, schema_editor: Any) -> None:
-    from review.roles import groups_ensure
-
-    groups_ensure(
-        group_model=apps.get_model("auth", "Group"),
-        permission_model=apps.get_model("auth", "Permission"),
-        content_type_model=apps.get_model("contenttypes", "ContentType"),
-    )
-
-
-def revoke(apps: Any, schema_editor: Any) -> None:
-    apps.get_model("auth", "Permission").objects.filter(
-        content_type__app_label="review", codename="manage_audit"
-    ).delete()
+from review.roles import groups_ensure_migration, permission_drop_migration
 
 
 class Migration(migrations.Migration):
@@ -50,5 +34,5 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.RunPython(grant, revoke),
+        migrations.RunPython(groups_ensure_migration, permission_drop_migration("manage_audit")),
     ]
