@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from audit.merkle import leaf_hash, root_from_path
 from runs.binding import StepReplay
-from runs.canonical import GENESIS_HASH, canonical_json, event_hash
+from runs.canonical import GENESIS_HASH, canonical_json, event_body, event_hash
 
 FORMAT = "agentledger.export"
 VERSION = 1
@@ -74,18 +74,6 @@ class Report:
         self, line: int, message: str, run: str | None = None, event: int | None = None
     ) -> None:
         self.problems.append(Problem(line, message, run, event))
-
-
-def event_body(*, run_id: str, event: dict[str, Any]) -> dict[str, Any]:
-    """The canonical body an event's hash covers; mirrors runs.kernel.event_body."""
-    return {
-        "run": run_id,
-        "seq": event.get("seq"),
-        "type": event.get("type"),
-        "payload": event.get("payload"),
-        "actor": event.get("actor"),
-        "at": event.get("at"),
-    }
 
 
 def load_public_key(value: str) -> Ed25519PublicKey:
@@ -259,7 +247,10 @@ class _Verifier:
             try:
                 digest = event_hash(
                     prev_hash=str(event.get("prev_hash")),
-                    body=event_body(run_id=run_id, event=event),
+                    body=event_body(
+                        run_id=run_id,
+                        **{k: event.get(k) for k in ("seq", "type", "payload", "actor", "at")},
+                    ),
                 )
             except (ValueError, UnicodeEncodeError):
                 digest = ""

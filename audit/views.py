@@ -267,7 +267,7 @@ def retention(request: HttpRequest) -> HttpResponse:
 
 
 def _recent_purges() -> list[Any]:
-    from review.audit import AuditEntry
+    from review.models import AuditEntry
 
     return list(
         AuditEntry.objects.filter(action="retention.purge").only(

@@ -3,7 +3,7 @@
     python -m bench.datagen --runs 100000 [--steps 20] [--unknown 5000] [--light]
 
 Runs, steps and events are written with PostgreSQL COPY; every event hash is computed exactly
-as `runs.kernel.event_append` does (via `runs.canonical`), so `verify_journal` and exports
+as `runs.kernel.event_append` does (`runs.canonical.event_body` and `event_hash`), so `verify_journal` and exports
 verify. `--unknown N` makes N runs `needs_review` with their last step `unknown` (the review
 queue). `--light` writes 1-step runs (the runs beyond 100k of the scaling curve's 1M tier).
 The generator tops up: it appends runs to whatever is there.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -22,23 +23,84 @@ from typing import Any
 import psycopg
 
 from bench.common import BENCH_DB, PG_HOST, PG_PORT, PG_USER
+from runs.canonical import event_body, event_hash
 
 GENESIS = "0" * 64
-RUN_COLS = (
-    "id, agent, external_id, input, output, error, status, status_reason, limit_steps,"
-    " limit_tokens, limit_cost_usd, limit_wall_seconds, limit_recoveries, used_steps, used_tokens,"
-    " used_cost_usd, used_recoveries, deadline, step_count, lease_worker, lease_expires_at,"
-    " lease_ttl_seconds, leases_granted, epoch, event_seq, event_head, created_at, updated_at,"
-    " finished_at, policy_id"
-)
-STEP_COLS = (
-    "run_id, index, kind, name, effect, enforced_by, arguments, arguments_hash, idempotency_key,"
-    " state, result, usage_input_tokens, usage_output_tokens, usage_cost_usd, epoch, intent_at,"
-    " outcome_at, executions, resolution_action, resolution_by, resolution_note, resolution_at,"
-    " claim_expires_at, claimed_by_id"
-)
-EVENT_COLS = "run_id, seq, type, payload, actor, at, prev_hash, hash"
+RUN_KEYS = (
+    "id", "agent", "external_id", "input", "output", "error", "status", "status_reason",
+    "limit_steps", "limit_tokens", "limit_cost_usd", "limit_wall_seconds", "limit_recoveries",
+    "used_steps", "used_tokens", "used_cost_usd", "used_recoveries", "deadline", "step_count",
+    "lease_worker", "lease_expires_at", "lease_ttl_seconds", "leases_granted", "epoch",
+    "event_seq", "event_head", "created_at", "updated_at", "finished_at", "policy_id",
+)  # fmt: skip
+EVENT_KEYS = ("run_id", "seq", "type", "payload", "actor", "at", "prev_hash", "hash")
+STEP_KEYS = (
+    "run_id", "index", "kind", "name", "effect", "enforced_by", "arguments", "arguments_hash",
+    "idempotency_key", "state", "result", "usage_input_tokens", "usage_output_tokens",
+    "usage_cost_usd", "epoch", "intent_at", "outcome_at", "executions",
+)  # fmt: skip
 N = "\\N"
+
+
+def _layout(model_label: str, supplied: set[str]) -> tuple[str, str, list[tuple[str, str | None]]]:
+    """The table, its COPY column list and, per column, None (the generator gives the value) or
+    a constant: read from the model's metadata, so a column added by a migration is either
+    filled by its default or named here, never silently missing from the generated data."""
+    django_ready()
+    from django.apps import apps
+
+    model = apps.get_model(model_label)
+    layout: list[tuple[str, str | None]] = []
+    for f in model._meta.concrete_fields:
+        column = str(f.column)
+        if column in supplied:
+            layout.append((column, None))
+        elif getattr(f, "db_returning", False) or f.has_db_default():
+            continue  # a sequence or a database default fills it
+        elif f.has_default():
+            value = f.get_prep_value(f.get_default())
+            layout.append((column, N if value is None else _copy_text(_plain(value))))
+        elif not f.null:
+            raise RuntimeError(
+                f"bench.datagen gives no value for {model._meta.db_table}.{column} (NOT NULL, "
+                "no default): add it to the rows the generator writes"
+            )
+    table = str(model._meta.db_table)
+    return table, ", ".join(c for c, _ in layout), layout
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, dict | list):
+        return _canon(value)
+    return str(value)
+
+
+def _line(layout: list[tuple[str, str | None]], row: dict[str, str]) -> str:
+    return "\t".join(row[c] if constant is None else constant for c, constant in layout) + "\n"
+
+
+def django_ready() -> None:
+    """Django set up for its model metadata only (this process never queries through it)."""
+    from django.apps import apps
+
+    if not apps.ready:
+        import django
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+        # no SECRET_KEY is needed to read metadata; the bench's own processes never see this
+        saved = os.environ.get("AGENTLEDGER_ALLOW_INSECURE_KEY")
+        os.environ["AGENTLEDGER_ALLOW_INSECURE_KEY"] = "1"
+        try:
+            django.setup()
+        finally:
+            if saved is None:
+                del os.environ["AGENTLEDGER_ALLOW_INSECURE_KEY"]
+            else:
+                os.environ["AGENTLEDGER_ALLOW_INSECURE_KEY"] = saved
+
+
 AGENTS = ["support", "triage", "billing", "research"]
 TOOLS_READ = ["kb.search", "tickets.search", "model.chat"]
 TOOLS_WRITE = ["tickets.create", "email.send", "tickets.comment", "tickets.close"]
@@ -55,7 +117,7 @@ def _copy_text(value: str) -> str:
 class _Chain:
     __slots__ = ("events", "head", "run", "seq")
 
-    def __init__(self, run: str, events: list[str]) -> None:
+    def __init__(self, run: str, events: list[dict[str, str]]) -> None:
         self.run = run
         self.seq = 0
         self.head = GENESIS
@@ -64,20 +126,20 @@ class _Chain:
     def add(self, type_: str, payload: dict[str, Any], actor: str, at: datetime) -> None:
         self.seq += 1
         at_iso = at.isoformat()
-        body = {
-            "run": self.run,
-            "seq": self.seq,
-            "type": type_,
-            "payload": payload,
-            "actor": actor,
-            "at": at_iso,
-        }
-        digest = hashlib.sha256(
-            self.head.encode("ascii") + _canon(body).encode("utf-8")
-        ).hexdigest()
-        self.events.append(
-            f"{self.run}\t{self.seq}\t{type_}\t{_copy_text(_canon(payload))}\t{actor}\t{at_iso}\t{self.head}\t{digest}\n"
+        body = event_body(
+            run_id=self.run, seq=self.seq, type=type_, payload=payload, actor=actor, at=at_iso
         )
+        digest = event_hash(prev_hash=self.head, body=body)
+        self.events.append(
+            dict(
+                zip(
+                    EVENT_KEYS,
+                    (self.run, str(self.seq), type_, _copy_text(_canon(payload)), actor, at_iso,
+                     self.head, digest),
+                    strict=True,
+                )
+            )
+        )  # fmt: skip
         self.head = digest
 
 
@@ -87,9 +149,9 @@ def _run(
     steps: int,
     status: str,
     created_at: datetime,
-    runs_out: list[str],
-    steps_out: list[str],
-    events_out: list[str],
+    runs_out: list[dict[str, str]],
+    steps_out: list[dict[str, str]],
+    events_out: list[dict[str, str]],
 ) -> None:
     run_id = str(uuid.uuid4())
     agent = AGENTS[i % len(AGENTS)]
@@ -144,8 +206,15 @@ def _run(
                 t + timedelta(seconds=31),
             )
             steps_out.append(
-                f"{run_id}\t{index}\ttool\t{name}\twrite\tnobody\t{args_json}\t{ahash}\t{key}\tunknown\t{N}\t0\t0\t0\t1\t{t.isoformat()}\t{N}\t1\t{N}\t{N}\t{N}\t{N}\t{N}\t{N}\n"
-            )
+                dict(
+                    zip(
+                        STEP_KEYS,
+                        (run_id, str(index), "tool", name, "write", "nobody", args_json, ahash,
+                         key, "unknown", N, "0", "0", "0", "1", t.isoformat(), N, "1"),
+                        strict=True,
+                    )
+                )
+            )  # fmt: skip
             continue
         result = (
             {"ticket": {"id": i * 100 + index, "status": "open"}}
@@ -172,8 +241,16 @@ def _run(
             done_at,
         )
         steps_out.append(
-            f"{run_id}\t{index}\ttool\t{name}\t{'write' if write else 'read'}\t{enforced or N}\t{args_json}\t{ahash}\t{key}\tdone\t{result_json}\t{usage_in}\t{usage_out}\t0.000100\t1\t{t.isoformat()}\t{done_at.isoformat()}\t1\t{N}\t{N}\t{N}\t{N}\t{N}\t{N}\n"
-        )
+            dict(
+                zip(
+                    STEP_KEYS,
+                    (run_id, str(index), "tool", name, "write" if write else "read",
+                     enforced or N, args_json, ahash, key, "done", result_json, str(usage_in),
+                     str(usage_out), "0.000100", "1", t.isoformat(), done_at.isoformat(), "1"),
+                    strict=True,
+                )
+            )
+        )  # fmt: skip
     finished = t + timedelta(seconds=1)
     final = status in ("completed", "failed", "budget_exceeded")
     output = N
@@ -199,7 +276,38 @@ def _run(
     lease_worker = worker if status == "running" else N
     lease_exp = (finished + timedelta(days=365)).isoformat() if status == "running" else N
     runs_out.append(
-        f'{run_id}\t{agent}\tticket-{i}\t{{"customer":"customer-{i}@example.com","ticket":{i}}}\t{output}\t{error}\t{status}\t{reason}\t50\t1000000\t{N}\t86400\t5\t{steps}\t{tokens}\t{steps * 0.0001:.6f}\t0\t{(created_at + timedelta(days=1)).isoformat()}\t{steps}\t{lease_worker}\t{lease_exp}\t30\t1\t1\t{chain.seq}\t{chain.head}\t{created_at.isoformat()}\t{finished.isoformat()}\t{finished.isoformat() if final else N}\t{N}\n'
+        {
+            "id": run_id,
+            "agent": agent,
+            "external_id": f"ticket-{i}",
+            "input": f'{{"customer":"customer-{i}@example.com","ticket":{i}}}',
+            "output": output,
+            "error": error,
+            "status": status,
+            "status_reason": reason,
+            "limit_steps": "50",
+            "limit_tokens": "1000000",
+            "limit_cost_usd": N,
+            "limit_wall_seconds": "86400",
+            "limit_recoveries": "5",
+            "used_steps": str(steps),
+            "used_tokens": str(tokens),
+            "used_cost_usd": f"{steps * 0.0001:.6f}",
+            "used_recoveries": "0",
+            "deadline": (created_at + timedelta(days=1)).isoformat(),
+            "step_count": str(steps),
+            "lease_worker": lease_worker,
+            "lease_expires_at": lease_exp,
+            "lease_ttl_seconds": "30",
+            "leases_granted": "1",
+            "epoch": "1",
+            "event_seq": str(chain.seq),
+            "event_head": chain.head,
+            "created_at": created_at.isoformat(),
+            "updated_at": finished.isoformat(),
+            "finished_at": finished.isoformat() if final else N,
+            "policy_id": N,
+        }
     )
 
 
@@ -222,6 +330,11 @@ def generate(
     span = timedelta(days=30)
     made_unknown = 0
     counts = {"runs": 0, "steps": 0, "events": 0}
+    layouts = [
+        _layout("runs.Run", set(RUN_KEYS)),
+        _layout("runs.Step", set(STEP_KEYS)),
+        _layout("runs.Event", set(EVENT_KEYS)),
+    ]
     with psycopg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=BENCH_DB) as conn:
         # consistency is by construction here: skip the per-row FK trigger checks (superuser
         # only; without the privilege the checks simply run)
@@ -231,9 +344,9 @@ def generate(
             conn.rollback()
         conn.execute("SET synchronous_commit = off")
         for first in range(0, runs, batch):
-            runs_out: list[str] = []
-            steps_out: list[str] = []
-            events_out: list[str] = []
+            runs_out: list[dict[str, str]] = []
+            steps_out: list[dict[str, str]] = []
+            events_out: list[dict[str, str]] = []
             for j in range(first, min(first + batch, runs)):
                 i = start_index + j
                 status = _status(j, unknown_every)
@@ -254,14 +367,12 @@ def generate(
                     events_out=events_out,
                 )
             with conn.cursor() as cur:
-                for table, cols, rows in (
-                    ("runs_run", RUN_COLS, runs_out),
-                    ("runs_step", STEP_COLS, steps_out),
-                    ("runs_event", EVENT_COLS, events_out),
+                for (table, cols, layout), rows in zip(
+                    layouts, (runs_out, steps_out, events_out), strict=True
                 ):
                     with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
                         for k in range(0, len(rows), 5000):
-                            copy.write("".join(rows[k : k + 5000]))
+                            copy.write("".join(_line(layout, row) for row in rows[k : k + 5000]))
                     counts[table.split("_")[1] + "s"] = counts.get(
                         table.split("_")[1] + "s", 0
                     ) + len(rows)

@@ -330,7 +330,7 @@ LEDGER_FALLBACK_LIMITS = {
 # "https://…/{key}"}; the review desk asks them about unknown steps (2 s, then "no answer").
 LEDGER_TOOL_LOOKUPS: dict[str, str] = json.loads(os.environ.get("LEDGER_TOOL_LOOKUPS") or "{}")
 LEDGER_KEY_STATE_LOOKUP = os.environ.get(
-    "LEDGER_KEY_STATE_LOOKUP", "tools.idempotency.idempotency_state_for_recovery"
+    "LEDGER_KEY_STATE_LOOKUP", "tools.selectors.key_state_for_recovery"
 )
 LEDGER_URL = os.environ.get("LEDGER_URL", "http://127.0.0.1:8000")
 LEDGER_TOKEN = os.environ.get("LEDGER_TOKEN", "")

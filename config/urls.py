@@ -14,6 +14,7 @@ from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from console.metrics import metrics_view
+from runs.api_errors import error_body
 
 
 class SchemaView(SpectacularAPIView):
@@ -35,14 +36,7 @@ class SchemaView(SpectacularAPIView):
 @csrf_exempt  # a POST to an unknown API path is a 404 envelope, not an HTML CSRF page
 def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
     """Unknown API paths (and run ids that are not UUIDs) answer in the API's error envelope."""
-    body = {
-        "error": {
-            "code": "not_found",
-            "message": f"No such resource: {request.path}",
-            "details": {},
-        }
-    }
-    return JsonResponse(body, status=404)
+    return JsonResponse(error_body("not_found", f"No such resource: {request.path}"), status=404)
 
 
 # Swagger UI (served from our static files) injects one <style> element; this page shows no user

@@ -37,6 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from runs import clock
+from runs.vocabulary import EventType
 
 
 class LedgerCollector(Collector):
@@ -100,7 +101,7 @@ class LedgerCollector(Collector):
             labels=["kind"],
         )
         duplicates.add_metric(["replayed_steps"], int(replayed))
-        duplicates.add_metric(["reconciled"], int(reconciled))
+        duplicates.add_metric([EventType.RECONCILED], int(reconciled))
         yield duplicates
         yield CounterMetricFamily(
             "agentledger_lease_expiries", "Leases the reaper found expired.", value=int(expiries)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from runs.vocabulary import EventType
+
 WIDTH = 1000  # viewBox units of the plot area
 LABEL = 190  # left gutter for step names
 ROW = 12  # one step's row
@@ -112,7 +114,7 @@ def timeline_build(
     last_event_at: datetime | None = None
     for e in events:
         p = e.payload if isinstance(e.payload, dict) else {}
-        if e.type == "lease_acquired":
+        if e.type == EventType.LEASE_ACQUIRED:
             if epoch_open:
                 tl.bands.append(Band("epoch", epoch_open[0], e.at, epoch_open[1]))
             if p.get("recovery"):
@@ -128,30 +130,38 @@ def timeline_build(
                 replayed_below = max(replayed_below, replayable)
                 replay_window = (e.at, replayable)
             epoch_open = (e.at, f"epoch {p.get('epoch')} · {p.get('worker')}")
-        elif e.type == "lease_expired":
+        elif e.type == EventType.LEASE_EXPIRED:
             if epoch_open:
                 tl.bands.append(Band("epoch", epoch_open[0], e.at, epoch_open[1]))
                 epoch_open = None
             tl.marks.append(
                 Mark("crash", e.at, f"lease lost at step {p.get('at_step')} ({p.get('worker')})")
             )
-        elif e.type == "needs_review":
+        elif e.type == EventType.NEEDS_REVIEW:
             if epoch_open:
                 tl.bands.append(Band("epoch", epoch_open[0], e.at, epoch_open[1]))
                 epoch_open = None
             review_open = review_open or e.at
-        elif e.type in ("run_resumed", "run_abandoned", "run_cancelled") and review_open:
+        elif (
+            e.type in (EventType.RUN_RESUMED, EventType.RUN_ABANDONED, EventType.RUN_CANCELLED)
+            and review_open
+        ):
             tl.bands.append(Band("review", review_open, e.at, "waiting for review"))
             review_open = None
-        if e.type == "run_cancelled":
+        if e.type == EventType.RUN_CANCELLED:
             tl.marks.append(Mark("cancel", e.at, f"cancelled by {p.get('by')}"))
-        elif e.type == "run_forked":
+        elif e.type == EventType.RUN_FORKED:
             tl.marks.append(Mark("fork", e.at, f"forked at step {p.get('index')}"))
-        final = e.type in ("run_completed", "run_failed", "run_abandoned", "run_cancelled")
+        final = e.type in (
+            EventType.RUN_COMPLETED,
+            EventType.RUN_FAILED,
+            EventType.RUN_ABANDONED,
+            EventType.RUN_CANCELLED,
+        )
         if final and epoch_open:
             tl.bands.append(Band("epoch", epoch_open[0], e.at, epoch_open[1]))
             epoch_open = None
-        if e.type not in ("lease_acquired", "lease_expired"):
+        if e.type not in (EventType.LEASE_ACQUIRED, EventType.LEASE_EXPIRED):
             last_event_at = e.at
     if epoch_open:
         tl.bands.append(Band("epoch", epoch_open[0], live_end, epoch_open[1]))

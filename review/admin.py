@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from review.audit import AuditEntry
+from review.models import AuditEntry
 
 
 @admin.register(AuditEntry)

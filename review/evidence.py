@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from review.toolside import KeyInfo
-from runs.constants import EnforcedBy, StepState
+from runs.constants import EnforcedBy, EventType, StepState
 from runs.models import Event, Step
 
 # what a tool does, said as "while <doing> ..."; "it" is what the customer would get
@@ -96,10 +96,10 @@ def worker_words(step: Step, events: list[Event]) -> str:
     worker, lost_at, lease_until = None, None, None
     for e in events:
         p = e.payload or {}
-        if e.type == "lease_acquired" and p.get("epoch") == step.epoch:
+        if e.type == EventType.LEASE_ACQUIRED and p.get("epoch") == step.epoch:
             worker = p.get("worker")
             lease_until = p.get("expires_at")
-        elif e.type == "lease_expired" and worker is not None and lost_at is None:
+        elif e.type == EventType.LEASE_EXPIRED and worker is not None and lost_at is None:
             lost_at = e.at
     who = f"Worker {worker}" if worker else "The worker"
     text = f"{who} held epoch {step.epoch} and journalled the intent at {_t(step.intent_at)}."
@@ -126,7 +126,7 @@ def similar_decisions(step: Step, *, limit: int = 5) -> list[Step]:
 def step_evidence(step: Step, key: KeyInfo | None) -> Evidence:
     events = list(
         Event.objects.filter(
-            run_id=step.run_id, type__in=("lease_acquired", "lease_expired")
+            run_id=step.run_id, type__in=(EventType.LEASE_ACQUIRED, EventType.LEASE_EXPIRED)
         ).order_by("seq")
     )
     return Evidence(

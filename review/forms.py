@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from runs.constants import Resolution, RunStatus
+from runs.constants import BUDGET_LIMITS, Resolution, RunStatus
 from runs.models import ApprovalRule, BudgetPolicy
 
 
@@ -60,12 +60,6 @@ class ResolveForm(forms.Form):
             raise forms.ValidationError(
                 f"The observed result is not valid JSON: {exc.msg}."
             ) from exc
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if data.get("result") is not None and data.get("action") != Resolution.SENT:
-            self.add_error("result", "An observed result only goes with 'mark as sent'.")
-        return data
 
 
 class ApproveForm(forms.Form):
@@ -179,8 +173,7 @@ class LimitsForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        names = ("steps", "tokens", "cost_usd", "wall_seconds", "recoveries")
-        if not self.errors and all(data.get(n) is None for n in names):
+        if not self.errors and all(data.get(n) is None for n in BUDGET_LIMITS):
             raise forms.ValidationError("Give at least one new limit.")
         return data
 
@@ -215,12 +208,7 @@ class PolicyForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if data.get("is_default") and data.get("agent"):
-            self.add_error(
-                "agent", "The default policy applies to every agent; leave the agent empty."
-            )
-        if not data.get("is_default") and not data.get("agent") and not self.errors:
-            self.add_error("agent", "Assign the policy to an agent, or make it the default.")
+        # whether a policy needs an agent is budget_policy_save's rule, not the form's
         for name in ("max_steps", "max_tokens", "max_wall_seconds"):
             value = data.get(name)
             if value is not None and value < 1:

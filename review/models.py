@@ -1,10 +1,61 @@
 """Dashboard tables: the audit log, login throttling, and sent escalations."""
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
-from review.audit import AuditEntry
 from runs.models import Step
+
+
+class AuditEntry(models.Model):
+    """One human action. `actor_name` is kept as text so the entry outlives the user row."""
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_constraint=False,
+    )
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=60)
+    target = models.CharField(max_length=300, blank=True, default="")
+    note = models.TextField(blank=True, default="")
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [
+            models.Index(fields=["action", "-at"], name="audit_action_at_idx"),
+            models.Index(fields=["actor_name", "-at"], name="audit_actor_at_idx"),
+            models.Index(fields=["target"], name="audit_target_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=~models.Q(action=""), name="audit_action_not_empty"),
+            models.CheckConstraint(
+                condition=~models.Q(actor_name=""), name="audit_actor_not_empty"
+            ),
+        ]
+        # the dashboard's permissions; the groups migration hands them out
+        permissions = [
+            ("browse", "Browse runs, transcripts and the review queue"),
+            ("resolve", "Resolve review items and claim them"),
+            ("raise_limits", "Raise one run's limits"),
+            ("manage_policies", "Create and edit budget policies"),
+            ("manage_tokens", "Create and revoke worker tokens"),
+            ("export", "Export journals"),
+            ("run_actions", "Cancel, fork and bulk-act on runs (the console)"),
+            (
+                "manage_audit",
+                "Sign checkpoints, acknowledge alerts, set retention, see all exports",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.target}"
 
 
 class LoginFailure(models.Model):

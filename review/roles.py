@@ -2,6 +2,8 @@
 
 from typing import Any
 
+from review.models import AuditEntry
+
 SUPERVISORS = "supervisors"
 ADMINS = "admins"
 AUDITORS = "auditors"
@@ -19,18 +21,14 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
         "export",
         "view_auditentry",
         "run_actions",
+        "manage_audit",
     ],
 }
 
+# the permissions are declared once, on the model (AuditEntry.Meta.permissions)
 PERMISSION_NAMES = {
-    "browse": "Browse runs, transcripts and the review queue",
-    "resolve": "Resolve review items and claim them",
-    "raise_limits": "Raise one run's limits",
-    "manage_policies": "Create and edit budget policies",
-    "manage_tokens": "Create and revoke worker tokens",
-    "export": "Export journals",
+    **dict(AuditEntry._meta.permissions),
     "view_auditentry": "Can view audit entry",
-    "run_actions": "Cancel, fork and bulk-act on runs (the console)",
 }
 
 
@@ -46,6 +44,26 @@ def groups_ensure(*, group_model: Any, permission_model: Any, content_type_model
     for group_name, codenames in GROUP_PERMISSIONS.items():
         group, _ = group_model.objects.get_or_create(name=group_name)
         group.permissions.add(*[perms[c] for c in codenames])
+
+
+def groups_ensure_migration(apps: Any, schema_editor: Any) -> None:
+    """RunPython: the groups and today's permissions, on a migration's historical models."""
+    groups_ensure(
+        group_model=apps.get_model("auth", "Group"),
+        permission_model=apps.get_model("auth", "Permission"),
+        content_type_model=apps.get_model("contenttypes", "ContentType"),
+    )
+
+
+def permission_drop_migration(codename: str) -> Any:
+    """RunPython's reverse for a migration that added the permission review.<codename>."""
+
+    def drop(apps: Any, schema_editor: Any) -> None:
+        apps.get_model("auth", "Permission").objects.filter(
+            content_type__app_label="review", codename=codename
+        ).delete()
+
+    return drop
 
 
 def groups_ensure_now() -> None:

@@ -11,7 +11,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, TextField
 from django.db.models.fields.json import KT, KeyTextTransform
 from django.db.models.functions import Cast
 
-from runs.constants import RunStatus, StepState
+from runs.constants import EventType, RunStatus, StatusReason, StepState
 from runs.models import Event, Run, Step
 
 
@@ -26,7 +26,7 @@ def review_runs_without_unknown() -> QuerySet[Run]:
     unknown = Step.objects.filter(run=OuterRef("pk"), state=StepState.UNKNOWN)
     return (
         Run.objects.filter(status=RunStatus.NEEDS_REVIEW)
-        .exclude(status_reason="unknown_step")
+        .exclude(status_reason=StatusReason.UNKNOWN_STEP)
         .exclude(Exists(unknown))
     )
 
@@ -250,7 +250,7 @@ def run_history(events: list[Event]) -> list[HistoryLine]:
     lines: list[HistoryLine] = []
     for e in events:
         p = e.payload or {}
-        if e.type == "lease_acquired":
+        if e.type == EventType.LEASE_ACQUIRED:
             if p.get("recovery"):
                 text = (
                     f"recovered by {p.get('worker')} (epoch {p.get('epoch')}); "
@@ -259,15 +259,15 @@ def run_history(events: list[Event]) -> list[HistoryLine]:
             else:
                 text = f"leased by {p.get('worker')} (epoch {p.get('epoch')})"
             lines.append(HistoryLine(e.at, text, "lease"))
-        elif e.type == "lease_expired":
+        elif e.type == EventType.LEASE_EXPIRED:
             lines.append(
                 HistoryLine(
                     e.at, f"lease lost at step {p.get('at_step')}, worker {p.get('worker')}", "lost"
                 )
             )
-        elif e.type == "needs_review":
+        elif e.type == EventType.NEEDS_REVIEW:
             lines.append(HistoryLine(e.at, f"sent to review ({p.get('reason')})", "review"))
-        elif e.type == "step_resolved":
+        elif e.type == EventType.STEP_RESOLVED:
             lines.append(
                 HistoryLine(
                     e.at,
@@ -276,25 +276,25 @@ def run_history(events: list[Event]) -> list[HistoryLine]:
                     "resolved",
                 )
             )
-        elif e.type == "run_resumed":
+        elif e.type == EventType.RUN_RESUMED:
             lines.append(HistoryLine(e.at, f"resumed ({p.get('why')})", "resumed"))
-        elif e.type == "reconciled":
+        elif e.type == EventType.RECONCILED:
             lines.append(
                 HistoryLine(
                     e.at,
                     f"step {p.get('index')} reconciled from the tool side (key {p.get('key_state')})",
-                    "reconciled",
+                    EventType.RECONCILED,
                 )
             )
-        elif e.type == "limits_raised":
+        elif e.type == EventType.LIMITS_RAISED:
             lines.append(
                 HistoryLine(e.at, f"limits raised by {p.get('by')}: {p.get('note')}", "limits")
             )
-        elif e.type == "budget_exceeded":
+        elif e.type == EventType.BUDGET_EXCEEDED:
             lines.append(HistoryLine(e.at, f"budget exceeded: {p.get('limit')}", "budget"))
-        elif e.type == "run_cancelled":
+        elif e.type == EventType.RUN_CANCELLED:
             lines.append(HistoryLine(e.at, f"cancelled by {p.get('by')}: {p.get('note')}", "final"))
-        elif e.type == "run_forked":
+        elif e.type == EventType.RUN_FORKED:
             lines.append(
                 HistoryLine(
                     e.at,
@@ -302,7 +302,7 @@ def run_history(events: list[Event]) -> list[HistoryLine]:
                     "fork",
                 )
             )
-        elif e.type in ("run_completed", "run_failed", "run_abandoned"):
+        elif e.type in (EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_ABANDONED):
             lines.append(HistoryLine(e.at, e.type.replace("run_", "run "), "final"))
     return lines
 
@@ -312,9 +312,9 @@ def duplicates_prevented(events: list[Event], replays_by_key: int) -> dict[str, 
     replayed = sum(
         int((e.payload or {}).get("replayable_steps", 0))
         for e in events
-        if e.type == "lease_acquired" and (e.payload or {}).get("recovery")
+        if e.type == EventType.LEASE_ACQUIRED and (e.payload or {}).get("recovery")
     )
-    reconciled = sum(1 for e in events if e.type == "reconciled")
+    reconciled = sum(1 for e in events if e.type == EventType.RECONCILED)
     return {
         "replayed_steps": replayed,
         "reconciled": reconciled,

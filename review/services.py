@@ -21,16 +21,17 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from review.audit import AuditEntry, audit_record
+from review.audit import audit_record
 from review.lookups import LookupAnswer, lookup_for, tool_lookup
-from review.models import Escalation, EscalationWebhook, LoginFailure, WebhookDelivery
+from review.models import AuditEntry, Escalation, EscalationWebhook, LoginFailure, WebhookDelivery
 from review.roles import SUPERVISORS
 from runs import clock
 from runs.api_errors import ApplicationError
-from runs.constants import EnforcedBy, Resolution, RunStatus, StepState
+from runs.constants import BUDGET_LIMITS, EnforcedBy, Resolution, RunStatus, StepState
 from runs.models import ApprovalRule, BudgetPolicy, Run, Step, TokenScope, WorkerToken
 from runs.services import (
     approval_expire_if_due,
+    resolution_validate,
     run_limits_raise,
     run_review_decide,
     step_approve,
@@ -71,6 +72,7 @@ def review_step_resolve(
     A retry of a step nobody enforces may make the effect happen twice (the tool cannot tell a
     repeat): it needs `confirmed_may_repeat`, and the audit entry records the confirmation.
     """
+    resolution_validate(action=action, note=note, result=result)
     with transaction.atomic():
         step_now = Step.objects.filter(run_id=run_id, index=index).only("enforced_by").first()
         risky = (
@@ -87,12 +89,15 @@ def review_step_resolve(
             )
         claimed = (
             Step.objects.select_related("claimed_by")
-            .filter(run_id=run_id, index=index, claim_expires_at__gt=clock.now())
+            .filter(run_id=run_id, index=index)
             .exclude(claimed_by_id=user.pk)
-            .exclude(claimed_by=None)
             .first()
         )
-        if claimed is not None and claimed.state == StepState.UNKNOWN:
+        if (
+            claimed is not None
+            and claimed.state == StepState.UNKNOWN
+            and claimed.claim_is_live(clock.now())
+        ):
             assert claimed.claimed_by is not None and claimed.claim_expires_at is not None
             raise ApplicationError(
                 "claimed",
@@ -323,11 +328,8 @@ def review_step_claim(*, user: AbstractBaseUser, run_id: UUID | str, index: int)
                 "not_unknown", f"Step {index} is {step.state}; there is nothing to claim."
             )
         now = clock.now()
-        if (
-            step.claimed_by_id not in (None, user.pk)
-            and step.claim_expires_at is not None
-            and step.claim_expires_at > now
-        ):
+        if step.claimed_by_id != user.pk and step.claim_is_live(now):
+            assert step.claimed_by_id is not None
             holder = get_user_model()._default_manager.get(pk=step.claimed_by_id)
             raise ApplicationError(
                 "claimed",
@@ -376,13 +378,7 @@ def review_run_decide(*, user: AbstractBaseUser, run_id: UUID | str, action: str
         return run
 
 
-LIMIT_FIELDS = (
-    "limit_steps",
-    "limit_tokens",
-    "limit_cost_usd",
-    "limit_wall_seconds",
-    "limit_recoveries",
-)
+LIMIT_FIELDS = tuple(f"limit_{name}" for name in BUDGET_LIMITS)
 
 
 def review_limits_raise(
@@ -449,8 +445,24 @@ def budget_policy_save(
         for field in POLICY_FIELDS:
             if field in values:
                 setattr(target, field, values[field])
+        target.agent = (target.agent or "").strip() or None
+        if target.is_default and target.agent:
+            raise ApplicationError(
+                "validation_error",
+                "The default policy applies to every agent.",
+                status_code=400,
+                details={
+                    "agent": ["The default policy applies to every agent; leave the agent empty."]
+                },
+            )
+        if not target.is_default and not target.agent:
+            raise ApplicationError(
+                "validation_error",
+                "A policy belongs to an agent or is the default.",
+                status_code=400,
+                details={"agent": ["Assign the policy to an agent, or make it the default."]},
+            )
         if target.is_default:
-            target.agent = None
             BudgetPolicy.objects.filter(is_default=True).exclude(pk=target.pk).update(
                 is_default=False
             )

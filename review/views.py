@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 
 from review import evidence, selectors, services, toolside
-from review.audit import AuditEntry, audit_record
+from review.audit import audit_record
 from review.forms import (
     ApprovalRuleForm,
     ApproveForm,
@@ -36,7 +36,7 @@ from review.forms import (
     TokenForm,
     WebhookForm,
 )
-from review.models import EscalationWebhook
+from review.models import AuditEntry, EscalationWebhook
 from review.templatetags.review import waiting_badge
 from runs import clock
 from runs.api_errors import ApplicationError
@@ -350,12 +350,8 @@ def _queue_context() -> dict[str, Any]:
             "step": s,
             "waited": (now - s.intent_at).total_seconds(),
             "level": selectors.sla_level((now - s.intent_at).total_seconds(), sla),
-            "claim_live": s.claimed_by_id is not None
-            and s.claim_expires_at is not None
-            and s.claim_expires_at > now,
-            "claim_expired": s.claimed_by_id is not None
-            and s.claim_expires_at is not None
-            and s.claim_expires_at <= now,
+            "claim_live": s.claim_is_live(now),
+            "claim_expired": s.claim_has_expired(now),
             **selectors.item_columns(s),
         }
         for s in steps
@@ -411,11 +407,7 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
         .order_by("index")
         .defer("arguments")
     )
-    claim_live = (
-        step.claimed_by_id is not None
-        and step.claim_expires_at is not None
-        and step.claim_expires_at > now
-    )
+    claim_live = step.claim_is_live(now)
     approval = _approval_context(step, request, now)
     approvals = len(approval["given"]) if approval else 0
     key = toolside.key_state(step.idempotency_key) if step.effect == "write" else None

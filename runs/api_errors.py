@@ -20,6 +20,11 @@ MAX_JSON_DEPTH = 64
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The contract's error envelope; every refusal the API, the gateway and the tools give."""
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
 class ApplicationError(Exception):
     """A refusal the client can act on; raised by services, rendered by `exception_handler`."""
 
@@ -37,6 +42,14 @@ class ApplicationError(Exception):
         self.status_code = status_code
         self.details = details or {}
 
+    def body(self) -> dict[str, Any]:
+        return error_body(self.code, self.message, self.details)
+
+
+def invalid(field: str, message: str, why: str) -> ApplicationError:
+    """A 400 validation_error naming the one field at fault (`details: {field: [why]}`)."""
+    return ApplicationError("validation_error", message, status_code=400, details={field: [why]})
+
 
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
@@ -47,9 +60,7 @@ class PayloadTooLarge(exceptions.APIException):
 def error_response(
     code: str, message: str, http_status: int, details: dict[str, Any] | None = None
 ) -> Response:
-    return Response(
-        {"error": {"code": code, "message": message, "details": details or {}}}, status=http_status
-    )
+    return Response(error_body(code, message, details), status=http_status)
 
 
 def _reject_constant(name: str) -> Any:

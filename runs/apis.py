@@ -18,7 +18,15 @@ from runs import selectors, services
 from runs.access import agent_check_allowed, run_check_visible
 from runs.api_errors import error_response
 from runs.authentication import actor_of
-from runs.constants import Effect, EnforcedBy, RunRunner, RunStatus, StepKind, StepState
+from runs.constants import (
+    BUDGET_LIMITS,
+    Effect,
+    EnforcedBy,
+    RunRunner,
+    RunStatus,
+    StepKind,
+    StepState,
+)
 from runs.models import Event, Run, Step
 from runs.representations import event_json, run_json, step_json
 from tools.gateway import gateway_step_run
@@ -62,23 +70,22 @@ class LeaseRefSerializer(serializers.Serializer):
 
 
 class BudgetSerializer(serializers.Serializer):
+    # by limit name (runs.constants.BUDGET_LIMITS): money as a string, the rest whole numbers
     limits = inline_serializer(
         "BudgetLimits",
         fields={
-            "steps": serializers.IntegerField(),
-            "tokens": serializers.IntegerField(),
-            "cost_usd": serializers.CharField(allow_null=True),
-            "wall_seconds": serializers.IntegerField(),
-            "recoveries": serializers.IntegerField(),
+            name: serializers.CharField(allow_null=True)
+            if name == "cost_usd"
+            else serializers.IntegerField()
+            for name in BUDGET_LIMITS
         },
     )
     used = inline_serializer(
         "BudgetUsed",
         fields={
-            "steps": serializers.IntegerField(),
-            "tokens": serializers.IntegerField(),
-            "cost_usd": serializers.CharField(),
-            "recoveries": serializers.IntegerField(),
+            name: serializers.CharField() if name == "cost_usd" else serializers.IntegerField()
+            for name in BUDGET_LIMITS
+            if name != "wall_seconds"  # the deadline says how much wall time is left
         },
     )
     deadline = serializers.DateTimeField()
@@ -388,18 +395,7 @@ class StepIntentApi(APIView):
                 raise serializers.ValidationError(
                     {"invoke": ["A gateway step is a tool step and brings no outcome."]}
                 )
-            if attrs["effect"] == Effect.WRITE and attrs.get("outcome") is not None:
-                raise serializers.ValidationError(
-                    {
-                        "outcome": [
-                            "A write step takes two calls: intent before the tool runs, outcome after."
-                        ]
-                    }
-                )
-            if attrs["effect"] == Effect.READ and attrs.get("enforced_by"):
-                raise serializers.ValidationError(
-                    {"enforced_by": ["Only write steps name who enforces them."]}
-                )
+            # which effect may bring an outcome or name an enforcer: step_intent_record decides
             return attrs
 
     @extend_schema(

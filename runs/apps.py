@@ -6,4 +6,4 @@ class RunsConfig(AppConfig):
     verbose_name = "Run journal"
 
     def ready(self) -> None:
-        from runs import schema  # noqa: F401  (registers the OpenAPI auth scheme)
+        from runs import recovery, schema  # noqa: F401  (the OpenAPI auth scheme, system checks)

@@ -20,24 +20,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runs.canonical import arguments_hash
+from runs.vocabulary import EventType
 
 ZERO_USAGE = {"input_tokens": 0, "output_tokens": 0, "cost_usd": "0.000000"}
 INTENT_FIELDS = ("kind", "name", "effect", "enforced_by", "idempotency_key")
 STEP_EVENTS = frozenset(
     {
-        "step_intent",
-        "step_reopened",
-        "step_done",
-        "step_error",
-        "step_interrupted",
-        "step_unknown",
-        "reconciled",
-        "step_resolved",
-        "step_copied",
-        "approval_requested",
-        "approval_given",
-        "step_approved",
-        "step_denied",
+        EventType.STEP_INTENT,
+        EventType.STEP_REOPENED,
+        EventType.STEP_DONE,
+        EventType.STEP_ERROR,
+        EventType.STEP_INTERRUPTED,
+        EventType.STEP_UNKNOWN,
+        EventType.RECONCILED,
+        EventType.STEP_RESOLVED,
+        EventType.STEP_COPIED,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_GIVEN,
+        EventType.STEP_APPROVED,
+        EventType.STEP_DENIED,
     }
 )
 _RESOLVED_STATE = {"sent": "done", "retry": "interrupted", "abandon": "abandoned"}
@@ -70,14 +71,14 @@ class StepReplay:
         if not isinstance(index, int):
             self.problems.append((seq, f"a {type} event names no step index"))
             return
-        if type == "step_intent":
+        if type == EventType.STEP_INTENT:
             self.steps[index] = BoundStep(
                 seq=seq,
                 arguments_hash=payload.get("arguments_hash"),
                 intent={k: payload[k] for k in INTENT_FIELDS if k in payload},
             )
             return
-        if type == "step_copied":
+        if type == EventType.STEP_COPIED:
             self.steps[index] = BoundStep(
                 seq=seq,
                 arguments_hash=payload.get("arguments_hash"),
@@ -93,23 +94,23 @@ class StepReplay:
             self.problems.append((seq, f"step {index}: a {type} event before its step_intent"))
             return
         step.seq = seq
-        if type == "step_reopened":
+        if type == EventType.STEP_REOPENED:
             step.state = "intent"
-        elif type in ("step_done", "step_error"):
-            step.state = "done" if type == "step_done" else "error"
+        elif type in (EventType.STEP_DONE, EventType.STEP_ERROR):
+            step.state = "done" if type == EventType.STEP_DONE else "error"
             step.result_hash = payload.get("result_hash")
             step.usage = payload.get("usage")
-        elif type == "step_interrupted":
+        elif type == EventType.STEP_INTERRUPTED:
             step.state = "interrupted"
-        elif type == "step_unknown":
+        elif type == EventType.STEP_UNKNOWN:
             step.state = "unknown"
-        elif type == "approval_requested":
+        elif type == EventType.APPROVAL_REQUESTED:
             step.state = "awaiting_approval"
-        elif type == "approval_given":
+        elif type == EventType.APPROVAL_GIVEN:
             pass  # one person's approval; the step waits until enough people gave theirs
-        elif type == "step_approved":
+        elif type == EventType.STEP_APPROVED:
             step.state = "intent"
-        elif type == "step_denied":
+        elif type == EventType.STEP_DENIED:
             step.state = "denied"
             step.resolution = {
                 "action": "expire" if payload.get("expired") else "deny",
@@ -117,7 +118,7 @@ class StepReplay:
                 "note": payload.get("note"),
                 "at": at,
             }
-        elif type == "reconciled":
+        elif type == EventType.RECONCILED:
             step.state = "done" if payload.get("key_state") == "completed" else "error"
             # events written before reconciled carried result_hash leave the result unbound
             step.result_hash = payload.get("result_hash")

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -56,6 +57,22 @@ def arguments_hash(arguments: Any) -> str:
 
 def idempotency_key(*, run_id: object, index: int, name: str, args_hash: str) -> str:
     return f"{run_id}:{index}:{name}:{args_hash[:32]}"
+
+
+def event_body(
+    *, run_id: object, seq: Any, type: Any, payload: Any, actor: Any, at: Any
+) -> dict[str, Any]:
+    """What an event's hash covers: the journal writes it, `verify_journal`, the offline export
+    verifier (`audit.verify`) and the bench's bulk generator rebuild exactly this. `at` is a
+    datetime or the ISO 8601 text an export carries."""
+    return {
+        "run": str(run_id),
+        "seq": seq,
+        "type": type,
+        "payload": payload,
+        "actor": actor,
+        "at": at.isoformat() if isinstance(at, datetime) else at,
+    }
 
 
 def event_hash(*, prev_hash: str, body: dict[str, Any]) -> str:

@@ -12,8 +12,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from runs.binding import StepReplay
-from runs.canonical import GENESIS_HASH, event_hash
-from runs.kernel import event_body
+from runs.canonical import GENESIS_HASH, event_body, event_hash
 from runs.models import Event, Run, Step
 from runs.representations import step_json
 

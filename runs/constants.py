@@ -2,6 +2,11 @@
 
 from django.db import models
 
+# the journal's vocabulary is Django-free (the offline verifier and the bench read it)
+from runs.vocabulary import BUDGET_LIMITS as BUDGET_LIMITS
+from runs.vocabulary import EventType as EventType
+from runs.vocabulary import StatusReason as StatusReason
+
 
 class RunStatus(models.TextChoices):
     PENDING = "pending"
@@ -141,54 +146,3 @@ STEP_TRANSITIONS: dict[str, frozenset[str]] = {
     StepState.ERROR: frozenset(),
     StepState.ABANDONED: frozenset(),
 }
-
-BUDGET_LIMITS = ("steps", "tokens", "cost_usd", "wall_seconds", "recoveries")
-
-
-class StatusReason(models.TextChoices):
-    """Why a run is in its status (`Run.status_reason`); a budget stop names its limit."""
-
-    NONE = ""
-    UNKNOWN_STEP = "unknown_step"
-    RECOVERIES = "recoveries"
-    LEASE_EXPIRED = "lease_expired"
-    STEP_ABANDONED = "step_abandoned"
-    ABANDONED_IN_REVIEW = "abandoned_in_review"
-    RESOLVED = "resolved"
-    RESUMED = "resumed"
-    LIMITS_RAISED = "limits_raised"
-    CANCELLED = "cancelled"
-    WALL_SECONDS = "wall_seconds"
-    STEPS = "steps"
-    TOKENS = "tokens"
-    COST_USD = "cost_usd"
-
-
-class EventType(models.TextChoices):
-    """Every event a run's chain can hold; the journal kernel (runs/sql) writes the hot ones."""
-
-    RUN_CREATED = "run_created"
-    LEASE_ACQUIRED = "lease_acquired"
-    LEASE_EXPIRED = "lease_expired"
-    STEP_INTENT = "step_intent"
-    STEP_DONE = "step_done"
-    STEP_ERROR = "step_error"
-    STEP_REOPENED = "step_reopened"
-    STEP_INTERRUPTED = "step_interrupted"
-    STEP_UNKNOWN = "step_unknown"
-    STEP_RESOLVED = "step_resolved"
-    RECONCILED = "reconciled"
-    NEEDS_REVIEW = "needs_review"
-    RUN_RESUMED = "run_resumed"
-    RUN_COMPLETED = "run_completed"
-    RUN_FAILED = "run_failed"
-    RUN_ABANDONED = "run_abandoned"
-    BUDGET_EXCEEDED = "budget_exceeded"
-    LIMITS_RAISED = "limits_raised"
-    RUN_CANCELLED = "run_cancelled"
-    RUN_FORKED = "run_forked"  # on the original: a fork was made from it
-    STEP_COPIED = "step_copied"  # on the fork: a step copied from the original, never re-run
-    APPROVAL_REQUESTED = "approval_requested"
-    APPROVAL_GIVEN = "approval_given"
-    STEP_APPROVED = "step_approved"
-    STEP_DENIED = "step_denied"

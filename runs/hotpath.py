@@ -30,7 +30,7 @@ from rest_framework.exceptions import APIException
 
 from runs import services
 from runs.access import run_check_visible
-from runs.api_errors import ApplicationError, StrictJSONParser
+from runs.api_errors import ApplicationError, StrictJSONParser, error_body
 from runs.apis import MAX_EPOCH, MAX_STEP_INDEX, MAX_TOKENS_PER_CALL, intent_status
 from runs.authentication import principal_for
 from runs.constants import Effect, EnforcedBy, StepKind
@@ -245,8 +245,7 @@ def _lease_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
 
 def _refusal(error: ApplicationError, extra: dict[str, Any] | None = None) -> HotAnswer:
     details = {**error.details, **(extra or {})}
-    envelope = {"error": {"code": error.code, "message": error.message, "details": details}}
-    return HotAnswer(error.status_code, _dumps(envelope))
+    return HotAnswer(error.status_code, _dumps(error_body(error.code, error.message, details)))
 
 
 def answer(

@@ -24,7 +24,14 @@ from django.db import connection, transaction
 
 from runs import clock
 from runs.api_errors import ApplicationError
-from runs.canonical import GENESIS_HASH, canonical_json, event_hash, idempotency_key, sha256_hex
+from runs.canonical import (
+    GENESIS_HASH,
+    canonical_json,
+    event_body,
+    event_hash,
+    idempotency_key,
+    sha256_hex,
+)
 from runs.constants import (
     FINAL_STATUSES,
     RUN_TRANSITIONS,
@@ -48,20 +55,6 @@ from runs.models import Event, Run, Step
 
 class InvalidTransition(Exception):
     """A transition outside the tables in runs.constants: a bug, never a client error."""
-
-
-def event_body(
-    *, run_id: UUID | str, seq: int, type: str, payload: Any, actor: str, at: datetime
-) -> dict[str, Any]:
-    """What an event's hash covers; `verify_journal` and offline verifiers rebuild exactly this."""
-    return {
-        "run": str(run_id),
-        "seq": seq,
-        "type": type,
-        "payload": payload,
-        "actor": actor,
-        "at": at.isoformat(),
-    }
 
 
 def event_append(
@@ -494,7 +487,6 @@ __all__ = [
     "StepAnswer",
     "Transition",
     "event_append",
-    "event_body",
     "event_prefix",
     "heartbeat",
     "lease",

@@ -6,6 +6,8 @@ from django.db import InterfaceError, OperationalError, connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.deprecation import MiddlewareMixin
 
+from runs.api_errors import error_body
+
 logger = logging.getLogger(__name__)
 
 
@@ -19,13 +21,9 @@ class DatabaseUnavailableMiddleware(MiddlewareMixin):
         logger.warning("database unavailable for %s: %s", request.path, exception)
         for conn in connections.all(initialized_only=True):
             conn.close_if_unusable_or_obsolete()
-        body = {
-            "error": {
-                "code": "database_unavailable",
-                "message": "The database is not reachable right now; retry with backoff.",
-                "details": {},
-            }
-        }
+        body = error_body(
+            "database_unavailable", "The database is not reachable right now; retry with backoff."
+        )
         response = JsonResponse(body, status=503)
         response["Retry-After"] = "1"
         return response

@@ -1,7 +1,7 @@
 """The journal: runs, their steps, their hash-chained events, and the budgets they carry."""
 
 import uuid
-from datetime import UTC, date
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -307,6 +307,18 @@ class Step(models.Model):
                 if not f.primary_key and f.attname != "journal_month"
             ]
         super().save(*args, **kwargs)
+
+    def claim_is_live(self, now: datetime) -> bool:
+        """Someone claimed the step and the claim has not run out at `now` (the one rule)."""
+        return (
+            self.claimed_by_id is not None
+            and self.claim_expires_at is not None
+            and self.claim_expires_at > now
+        )
+
+    def claim_has_expired(self, now: datetime) -> bool:
+        """Someone claimed the step and the claim ran out by `now`."""
+        return self.claimed_by_id is not None and not self.claim_is_live(now)
 
     @property
     def total_tokens(self) -> int:

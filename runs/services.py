@@ -17,9 +17,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
 
 from runs import clock, kernel
-from runs.api_errors import ApplicationError
+from runs.api_errors import ApplicationError, invalid
 from runs.canonical import GENESIS_HASH, arguments_hash
 from runs.constants import (
+    BUDGET_LIMITS,
     FINAL_STATUSES,
     RUN_TRANSITIONS,
     ApprovalOutcome,
@@ -61,19 +62,17 @@ def budget_policy_for(agent: str) -> BudgetPolicy | None:
 
 
 def budget_of(run: Run) -> dict[str, Any]:
+    """A run's limits (`limit_<name>`) and use (`used_<name>`, no use of wall time) by limit name."""
+
+    def shown(name: str, value: Any) -> Any:
+        return money(value) if name == "cost_usd" and value is not None else value
+
     return {
-        "limits": {
-            "steps": run.limit_steps,
-            "tokens": run.limit_tokens,
-            "cost_usd": None if run.limit_cost_usd is None else money(run.limit_cost_usd),
-            "wall_seconds": run.limit_wall_seconds,
-            "recoveries": run.limit_recoveries,
-        },
+        "limits": {name: shown(name, getattr(run, f"limit_{name}")) for name in BUDGET_LIMITS},
         "used": {
-            "steps": run.used_steps,
-            "tokens": run.used_tokens,
-            "cost_usd": money(run.used_cost_usd),
-            "recoveries": run.used_recoveries,
+            name: shown(name, getattr(run, f"used_{name}"))
+            for name in BUDGET_LIMITS
+            if name != "wall_seconds"
         },
         "deadline": run.deadline.isoformat(),
     }
@@ -110,22 +109,13 @@ def _budget_exceed(run: Run, limit: dict[str, Any], *, actor: str, now: datetime
 
 
 def _refusal_for_status(run: Run) -> ApplicationError | None:
+    """The refusal a run's status gives a worker's write: the kernel's words (kernel.refusal)."""
     if run.status == RunStatus.NEEDS_REVIEW:
-        return ApplicationError(
-            "needs_review",
-            "The run waits for a supervisor's review.",
-            details={"reason": run.status_reason},
-        )
+        return kernel.refusal("needs_review", {"reason": run.status_reason}, run_id=run.pk)
     if run.status == RunStatus.BUDGET_EXCEEDED:
-        return ApplicationError(
-            "budget_exceeded",
-            f"The run's {run.status_reason} budget is spent.",
-            details={"limit": run.status_reason},
-        )
+        return kernel.refusal("budget_exceeded", {"limit": run.status_reason}, run_id=run.pk)
     if run.status in FINAL_STATUSES:
-        return ApplicationError(
-            "run_finished", f"The run is {run.status}.", details={"status": run.status}
-        )
+        return kernel.refusal("run_finished", {"status": run.status}, run_id=run.pk)
     return None
 
 
@@ -264,7 +254,7 @@ def _recover_open_intents(run: Run, *, actor: str, now: datetime) -> list[Step]:
                 step_move(step, StepState.UNKNOWN)
                 event_type = EventType.STEP_UNKNOWN
                 payload["why"] = "the key is in progress with a stale lock: it may have been sent"
-        if event_type == "reconciled":
+        if event_type == EventType.RECONCILED:
             payload["result_hash"] = arguments_hash(step.result)  # binds the copied result
         step.save()
         event_append(run, type=event_type, payload=payload, actor=actor, at=now)
@@ -468,11 +458,14 @@ def step_intent_record(
     statement of the journal kernel (runs/kernel.py).
     """
     if effect == Effect.WRITE and outcome is not None:
-        raise ApplicationError(
-            "validation_error",
+        raise invalid(
+            "outcome",
             "A write step takes two calls: its intent before the tool runs, its outcome after.",
-            status_code=400,
-            details={"outcome": ["Not allowed on a write step."]},
+            "Not allowed on a write step.",
+        )
+    if effect == Effect.READ and enforced_by is not None:
+        raise invalid(
+            "enforced_by", "Only write steps name who enforces them.", "Not allowed on a read step."
         )
     answer = kernel.step_intent(
         run_id=run_id,
@@ -742,6 +735,21 @@ def _resume_after_review(
     _offer_on_commit(run, reason=why)
 
 
+def resolution_validate(*, action: str, note: str, result: Any = None) -> None:
+    """What a decision on an unknown step must hold: a note, a known action, and an observed
+    result only with `sent` (what the person saw the tool do)."""
+    if not note or not note.strip():
+        raise invalid("note", "A note is required.", "Required.")
+    if action not in Resolution.values:
+        raise invalid("action", "Unknown action.", f"One of {Resolution.values}.")
+    if result is not None and action != Resolution.SENT:
+        raise invalid(
+            "result",
+            "An observed result only goes with 'mark as sent'.",
+            "Only with the action sent: what the person saw the tool do.",
+        )
+
+
 def step_resolve(
     *, run_id: UUID | str, index: int, action: str, note: str, by: str, result: Any = None
 ) -> Step:
@@ -749,20 +757,7 @@ def step_resolve(
 
     A second resolution of the same step is refused with who already decided, and when.
     """
-    if not note or not note.strip():
-        raise ApplicationError(
-            "validation_error",
-            "A note is required.",
-            status_code=400,
-            details={"note": ["Required."]},
-        )
-    if action not in Resolution.values:
-        raise ApplicationError(
-            "validation_error",
-            "Unknown action.",
-            status_code=400,
-            details={"action": [f"One of {Resolution.values}."]},
-        )
+    resolution_validate(action=action, note=note, result=result)
     with transition(run_id, actor=f"user:{by}") as t:
         run = t.run
         step = Step.objects.select_for_update().filter(run=run, index=index).first()
@@ -891,13 +886,7 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
             status_code=400,
             details={"note": ["Required."]},
         )
-    fields = {
-        "steps": "limit_steps",
-        "tokens": "limit_tokens",
-        "cost_usd": "limit_cost_usd",
-        "wall_seconds": "limit_wall_seconds",
-        "recoveries": "limit_recoveries",
-    }
+    fields = {name: f"limit_{name}" for name in BUDGET_LIMITS}
     with transition(run_id, actor=f"user:{by}") as t:
         run = t.run
         if run.status in FINAL_STATUSES:

@@ -24,7 +24,7 @@ OPERATION_HEADING = re.compile(r"^#{2,4} `(GET|POST|PUT|PATCH|DELETE) (/api/[^`\
 CODE_SOURCES = (ROOT / "runs", ROOT / "tools", ROOT / "config")
 CODE_PATTERNS = (
     re.compile(r"\b(?:ApplicationError|ToolError)\(\s*\"([a-z_]+)\""),
-    re.compile(r"\berror_response\(\s*\"([a-z_]+)\""),
+    re.compile(r"\b(?:error_response|error_body)\(\s*\"([a-z_]+)\""),
     re.compile(r"[\"']code[\"']\s*:\s*\"([a-z_]+)\""),
 )
 

@@ -122,10 +122,7 @@ class ToolInvokeApi(APIView):
         except ApplicationError as exc:
             if exc.code != "idempotency_in_progress":
                 raise
-            response = Response(
-                {"error": {"code": exc.code, "message": exc.message, "details": exc.details}},
-                status=exc.status_code,
-            )
+            response = Response(exc.body(), status=exc.status_code)
             response["Retry-After"] = "1"
             return response
         return Response(

@@ -32,10 +32,9 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
 
 from runs import clock
-from runs.api_errors import ApplicationError
+from runs.api_errors import ApplicationError, error_body
 from runs.canonical import arguments_hash, canonical_json
 from runs.constants import Resolution
-from runs.recovery import KeyState
 from tools.models import KEY_MAX_LENGTH, IdempotencyKey, KeyStatus
 
 logger = logging.getLogger(__name__)
@@ -44,7 +43,7 @@ RETENTION_HOURS_MIN = 72
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 
-class ToolError(Exception):
+class ToolError(ApplicationError):
     """A tool's definitive refusal (no such ticket, already closed): stored as the key's failure."""
 
     def __init__(
@@ -55,14 +54,7 @@ class ToolError(Exception):
         status_code: int = 422,
         details: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.status_code = status_code
-        self.details = details or {}
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message, "details": self.details}}
+        super().__init__(code, message, status_code=status_code, details=details)
 
 
 class LockLost(Exception):
@@ -248,26 +240,17 @@ def _failure_of(exc: Exception) -> tuple[int, dict[str, Any], str]:
     """(status, the stored failure callers see, the internal text only the log and the
     dashboard see). A tool's own exception text may hold anything (a connection string, a
     customer's data): callers get its type and a reference id, never the text."""
-    if isinstance(exc, ToolError):
+    if isinstance(exc, ApplicationError):  # a ToolError too
         return exc.status_code, exc.body(), ""
-    if isinstance(exc, ApplicationError):
-        return (
-            exc.status_code,
-            {"error": {"code": exc.code, "message": exc.message, "details": exc.details}},
-            "",
-        )
     reference = uuid.uuid4().hex[:12]
     name = type(exc).__name__
     return (
         502,
-        {
-            "error": {
-                "code": "tool_failed",
-                "message": f"The tool raised {name} (reference {reference}; the details are "
-                "in the server log).",
-                "details": {"exception": name, "reference": reference},
-            }
-        },
+        error_body(
+            "tool_failed",
+            f"The tool raised {name} (reference {reference}; the details are in the server log).",
+            {"exception": name, "reference": reference},
+        ),
         f"{name}: {exc}"[:4000],
     )
 
@@ -366,22 +349,6 @@ def idempotency_key_state(*, key: str) -> dict[str, Any]:
     return body
 
 
-def idempotency_state_for_recovery(key: str) -> KeyState:
-    """What the journal's recovery asks (settings.LEDGER_KEY_STATE_LOOKUP).
-
-    completed → the tool's result (the step's result); failed → the stored error body;
-    in_progress → stale when the lock is older than the lock timeout.
-    """
-    row = IdempotencyKey.objects.filter(key=key).first()
-    if row is None:
-        return KeyState(state="absent")
-    if row.state == KeyStatus.IN_PROGRESS:
-        return KeyState(state="in_progress", stale=_is_stale(row, clock.now()))
-    if row.state == KeyStatus.COMPLETED:
-        return KeyState(state="completed", response=(row.response or {}).get("result"))
-    return KeyState(state="failed", response=row.response)
-
-
 # --- retention --------------------------------------------------------------------------------
 
 
@@ -450,6 +417,5 @@ __all__ = [
     "idempotency_keys_prune",
     "idempotency_reserve",
     "idempotency_run",
-    "idempotency_state_for_recovery",
     "idempotent",
 ]

@@ -4,25 +4,9 @@ Kept in the console's own migrations (review.roles lists it with the other group
 so the review app's migration history is untouched.
 """
 
-from typing import Any
-
 from django.db import migrations
 
-
-def grant(apps: Any, schema_editor: Any) -> None:
-    from review.roles import groups_ensure
-
-    groups_ensure(
-        group_model=apps.get_model("auth", "Group"),
-        permission_model=apps.get_model("auth", "Permission"),
-        content_type_model=apps.get_model("contenttypes", "ContentType"),
-    )
-
-
-def revoke(apps: Any, schema_editor: Any) -> None:
-    apps.get_model("auth", "Permission").objects.filter(
-        content_type__app_label="review", codename="run_actions"
-    ).delete()
+from review.roles import groups_ensure_migration, permission_drop_migration
 
 
 class Migration(migrations.Migration):
@@ -32,4 +16,6 @@ class Migration(migrations.Migration):
         ("contenttypes", "0002_remove_content_type_name"),
     ]
 
-    operations = [migrations.RunPython(grant, revoke)]
+    operations = [
+        migrations.RunPython(groups_ensure_migration, permission_drop_migration("run_actions"))
+    ]

@@ -16,8 +16,8 @@ from audit.checkpoints import checkpoint_create
 from audit.exports import ExportFilters, export_jsonl
 from audit.merkle import leaf_hash, root_from_path
 from audit.models import ChainAlert, Checkpoint, CheckpointLeaf
-from audit.testdata import runs_bulk_create
 from audit.verify import load_public_key, verify_export_file
+from bench.testdata import runs_bulk_create
 from runs.canonical import GENESIS_HASH, canonical_json
 from runs.models import Event
 from tests.audit.conftest import PUBLIC_KEY
@@ -195,8 +195,7 @@ def test_after_a_key_rotation_the_export_verifies_with_both_public_keys(
 
 def _rewrite_chain_with_recomputed_hashes(run_id: Any, *, from_seq: int) -> None:
     """A careful attacker: edit one event, recompute every hash after it and the run's head."""
-    from runs.canonical import event_hash
-    from runs.kernel import event_body
+    from runs.canonical import event_body, event_hash
     from runs.models import Run
 
     with connection.cursor() as cursor:

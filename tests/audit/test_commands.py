@@ -11,8 +11,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from audit.signing import private_key_parse, public_key_text
-from audit.testdata import runs_bulk_create
 from audit.verify import load_public_key, verify_export_file
+from bench.testdata import runs_bulk_create
 from tests.audit.conftest import PUBLIC_KEY
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,8 +14,8 @@ from django.db import transaction
 from audit.checkpoints import checkpoint_create
 from audit.exports import ExportFilters, export_jsonl
 from audit.signing import private_key_generate, private_key_parse, public_key_text
-from audit.testdata import runs_bulk_create
 from audit.verify import Report, load_public_key, verify_export_file
+from bench.testdata import runs_bulk_create
 from tests.audit.conftest import PUBLIC_KEY, SIGNING_KEY
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import redis
 from django.test import Client
 
 from audit.models import ExportJob, ExportStatus
-from audit.testdata import runs_bulk_create
 from audit.verify import load_public_key, verify_export_file
+from bench.testdata import runs_bulk_create
 from config.celery import app
 from tests.audit.conftest import PUBLIC_KEY, SIGNING_KEY
 from tests.conftest import ROOT

@@ -1,7 +1,7 @@
 """Opt-in (AUDIT_MEMORY_TEST=1): the bulk export's peak RSS does not grow with the run count.
 
-Runs audit/bench_export.py on its own database with 2,000 and 20,000 runs; the full figures
-(10,000 and 100,000 runs) come from `python -m audit.bench_export`.
+Runs bench/audit_export.py on its own database with 2,000 and 20,000 runs; the full figures
+(10,000 and 100,000 runs) come from `python -m bench.audit_export`.
 """
 
 import json
@@ -26,7 +26,7 @@ def test_export_memory_stays_flat_from_2000_to_20000_runs(tmp_path: Path) -> Non
     out = tmp_path / "bench.json"
     env = {**os.environ, "DATABASE_URL": "postgres://root@127.0.0.1:5432/test_al_audit"}
     subprocess.run(
-        [sys.executable, "-m", "audit.bench_export", "--sizes", "2000", "20000", "--json",
+        [sys.executable, "-m", "bench.audit_export", "--sizes", "2000", "20000", "--json",
          str(out), "--formats", "jsonl", "--drop"],
         cwd=ROOT,
         env=env,

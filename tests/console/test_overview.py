@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from django.db.models import Sum
 
-from audit.testdata import runs_bulk_create
+from bench.testdata import runs_bulk_create
 from review.roles import ADMINS, AUDITORS, SUPERVISORS
 from review.selectors import waiting_count
 from runs.models import Run

@@ -1,9 +1,10 @@
 """The transcript shows what the tool side knows about each write step's key, and degrades."""
 
 import pytest
-from django.apps import apps
+from django.db import ProgrammingError
 from django.test import Client
 
+import tools.selectors
 from review import toolside
 from review.roles import AUDITORS
 from runs.services import run_create, run_lease_acquire, step_intent_record
@@ -43,11 +44,12 @@ def test_transcript_shows_the_tool_sides_record_of_a_step_key(api, groups):
 
 
 @pytest.mark.django_db
-def test_without_a_tool_side_keys_show_as_unavailable_not_an_error(monkeypatch):
-    def missing(app_label: str, model_name: str) -> None:
-        raise LookupError(app_label)
+def test_when_the_tool_sides_read_fails_keys_show_as_unavailable_not_an_error(monkeypatch):
+    def mid_migration(*args: object) -> None:
+        raise ProgrammingError('relation "tools_idempotencykey" does not exist')
 
-    monkeypatch.setattr(apps, "get_model", missing)
+    monkeypatch.setattr(tools.selectors, "key_records", mid_migration)
+    monkeypatch.setattr(tools.selectors, "ticket_get", mid_migration)
     assert toolside.key_states(["k1", "k2"]) == {
         "k1": toolside.UNAVAILABLE,
         "k2": toolside.UNAVAILABLE,

@@ -14,11 +14,11 @@ from tools.idempotency import (
     Outcome,
     idempotency_keys_prune,
     idempotency_reserve,
-    idempotency_state_for_recovery,
     idempotent,
 )
 from tools.models import IdempotencyKey, KeyStatus, Ticket
 from tools.registry import StrictArguments, ToolContext, tool_get, tool_register, tool_unregister
+from tools.selectors import key_state_for_recovery as idempotency_state_for_recovery
 
 pytestmark = pytest.mark.django_db
 

@@ -22,8 +22,8 @@ from runs import services
 from runs.models import Event
 from tests.conftest import FakeClock, chain_problems
 from tests.tools.conftest import SmtpRecorder
-from tools.idempotency import idempotency_state_for_recovery
 from tools.models import IdempotencyKey, KeyStatus, OutboundEmail
+from tools.selectors import key_state_for_recovery as idempotency_state_for_recovery
 from tools.support import message_id_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

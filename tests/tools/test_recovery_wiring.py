@@ -18,9 +18,10 @@ from runs import services
 from runs.canonical import arguments_hash
 from runs.models import Event, Run, Step
 from tests.conftest import FakeClock, chain_problems
-from tools.idempotency import idempotency_reserve, idempotency_state_for_recovery
+from tools.idempotency import idempotency_reserve
 from tools.models import OutboundEmail
 from tools.registry import tool_invoke
+from tools.selectors import key_state_for_recovery as idempotency_state_for_recovery
 
 pytestmark = pytest.mark.django_db
 
@@ -68,7 +69,7 @@ def _last_event(run: Run, type: str) -> Event:
 
 
 def test_the_configured_lookup_is_the_tool_side() -> None:
-    assert settings.LEDGER_KEY_STATE_LOOKUP == "tools.idempotency.idempotency_state_for_recovery"
+    assert settings.LEDGER_KEY_STATE_LOOKUP == "tools.selectors.key_state_for_recovery"
 
 
 def test_the_gateway_records_the_outcome_with_the_key_and_verification_passes(

@@ -1,11 +1,11 @@
 """Measure bulk-export memory and throughput: peak RSS must stay flat from 10,000 to 100,000 runs.
 
-    python -m audit.bench_export                      # 10,000 and 100,000 runs, JSONL and CSV
-    python -m audit.bench_export --sizes 2000 20000   # smaller, for a quick look
-    python -m audit.bench_export --json results.json  # also write the figures as JSON
+    python -m bench.audit_export                      # 10,000 and 100,000 runs, JSONL and CSV
+    python -m bench.audit_export --sizes 2000 20000   # smaller, for a quick look
+    python -m bench.audit_export --json results.json  # also write the figures as JSON
 
 Uses its own database (`<DATABASE_URL's name>_audit_bench`, recreated at the start unless
---reuse, dropped at the end with --drop), fills it with `audit.testdata.runs_bulk_create` (5 steps, 13 events per
+--reuse, dropped at the end with --drop), fills it with `bench.testdata.runs_bulk_create` (5 steps, 13 events per
 run, valid chains), signs one checkpoint so the export carries proofs, then runs
 `manage.py export_runs` in a child process per size and format and reads the child's peak RSS
 from wait4(). A baseline (an export selecting no run) shows what Django itself costs.
@@ -82,7 +82,7 @@ import time, django, json
 django.setup()
 from django.db import transaction
 from runs.models import Run
-from audit.testdata import runs_bulk_create
+from bench.testdata import runs_bulk_create
 from audit.checkpoints import checkpoint_create
 have = Run.objects.count()
 t = time.monotonic()

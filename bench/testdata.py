@@ -17,8 +17,14 @@ from typing import Any
 from django.db import connection
 from django.db.models import Model
 
-from runs.canonical import GENESIS_HASH, arguments_hash, event_hash, idempotency_key
-from runs.kernel import event_body
+from runs.canonical import (
+    GENESIS_HASH,
+    arguments_hash,
+    event_body,
+    event_hash,
+    idempotency_key,
+)
+from runs.constants import EventType
 from runs.models import Event, Run, Step
 from runs.services import money
 
@@ -94,10 +100,16 @@ def _one_run(
     worker = "bench-worker"
     t = created_at
     chain.add(
-        "run_created", {"agent": agent, "external_id": None, "policy": None}, "worker:bench", t
+        EventType.RUN_CREATED,
+        {"agent": agent, "external_id": None, "policy": None},
+        "worker:bench",
+        t,
     )
     chain.add(
-        "lease_acquired", {"worker": worker, "epoch": 1, "recovery": False}, "worker:bench", t
+        EventType.LEASE_ACQUIRED,
+        {"worker": worker, "epoch": 1, "recovery": False},
+        "worker:bench",
+        t,
     )
     step_rows = []
     tokens = 0
@@ -137,7 +149,7 @@ def _one_run(
             "claimed_by_id": None,
         }
         chain.add(
-            "step_intent",
+            EventType.STEP_INTENT,
             {
                 "index": index,
                 "kind": "tool",
@@ -152,7 +164,7 @@ def _one_run(
         )
         if resolved:
             chain.add(
-                "step_unknown",
+                EventType.STEP_UNKNOWN,
                 {
                     "index": index,
                     "name": name,
@@ -170,14 +182,14 @@ def _one_run(
                 "resolution_at": t + timedelta(seconds=30),
             }
             chain.add(
-                "step_resolved",
+                EventType.STEP_RESOLVED,
                 {"index": index, "action": "sent", "note": note, "by": "alice", "result": result},
                 "user:alice",
                 t + timedelta(seconds=30),
             )
         else:
             chain.add(
-                "step_done",
+                EventType.STEP_DONE,
                 {
                     "index": index,
                     "name": name,
@@ -195,9 +207,11 @@ def _one_run(
     finished = t + timedelta(seconds=1)
     final = status in ("completed", "failed", "abandoned")
     if status == "completed":
-        chain.add("run_completed", {"output": {"resolved": True}}, f"worker:{worker}", finished)
+        chain.add(
+            EventType.RUN_COMPLETED, {"output": {"resolved": True}}, f"worker:{worker}", finished
+        )
     elif status == "failed":
-        chain.add("run_failed", {"error": {"why": "bench"}}, f"worker:{worker}", finished)
+        chain.add(EventType.RUN_FAILED, {"error": {"why": "bench"}}, f"worker:{worker}", finished)
     run_row = _row(
         Run,
         {
