@@ -2,69 +2,37 @@
 gunicorn ledger that mails through a local aiosmtpd, and the desk that starts agent processes.
 
 A plain module, not a conftest: the root conftest registers its fixtures once, so the session's
-SMTP sink and ledger server (on fixed ports from the 8200-8299 range) exist once, however many
-suites use them.
+SMTP sink and ledger server (ports from the OS, this process's own Redis database) exist once,
+however many suites use them.
 """
 
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from email import message_from_bytes
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
 
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
-from tests.agents.ports import port_in_range
-from tests.conftest import ROOT, gunicorn_server
+from tests.processes import ROOT, SmtpSink, free_port, gunicorn_server, redis_url
+from tests.processes import smtp_sink as smtp_sink_running
 from tools.models import KnowledgeArticle, OutboundEmail, Ticket
 
-LEDGER_PORT = port_in_range(8210, 8219)
-SMTP_PORT = port_in_range(8220, 8229)
-REDIS_URL = "redis://127.0.0.1:6379/2"
-
-
-class SmtpSink:
-    """Collects every message the local SMTP server receives."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        message = message_from_bytes(envelope.content)
-        with self._lock:
-            self.messages.append(
-                {
-                    "to": list(envelope.rcpt_tos),
-                    "subject": message["Subject"],
-                    "message_id": message["Message-ID"],
-                }
-            )
-        return "250 Message accepted for delivery"
-
-    def to(self, address: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return [m for m in self.messages if address in m["to"]]
+LEDGER_PORT = free_port()
+SMTP_PORT = free_port()
+REDIS_URL = redis_url()  # this test process's own Redis database
 
 
 @pytest.fixture(scope="session")
 def smtp_sink() -> Iterator[SmtpSink]:
-    sink = SmtpSink()
-    controller = Controller(sink, hostname="127.0.0.1", port=SMTP_PORT)
-    controller.start()
-    try:
+    with smtp_sink_running(port=SMTP_PORT) as sink:
         yield sink
-    finally:
-        controller.stop()
 
 
 @pytest.fixture(scope="session")
@@ -72,12 +40,7 @@ def agent_ledger_url(
     django_db_setup: Any, django_db_blocker: Any, smtp_sink: SmtpSink
 ) -> Iterator[str]:
     """gunicorn on the test database whose email backend talks to the local SMTP sink."""
-    env = {
-        "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-        "EMAIL_HOST": "127.0.0.1",
-        "EMAIL_PORT": str(SMTP_PORT),
-        "CELERY_BROKER_URL": REDIS_URL,
-    }
+    env = {**smtp_sink.mail_env(), "CELERY_BROKER_URL": REDIS_URL}
     with gunicorn_server(port=LEDGER_PORT, env=env, log_name="agents-gunicorn") as url:
         yield url
 
