@@ -35,6 +35,8 @@ LOGS = ROOT / ".pytest_cache"
 # the suite hard-coded 1, 2, 4 and 7)
 REDIS_DB_POOL = (8, 9, 10, 11, 12, 13, 14, 15, 1, 2, 3, 4, 7)
 _redis_claim: tuple[int, IO[str]] | None = None
+# how long a server or worker may take to start: no timing is asserted, this only ends a hang
+STARTUP_TIMEOUT = float(os.environ.get("TEST_STARTUP_TIMEOUT", "180"))
 
 
 def free_port() -> int:
@@ -249,7 +251,8 @@ def start_gunicorn(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for_http(f"{url}{ready_path}", timeout=60, proc=proc)
+        # generous: on a shared 2-core machine under load, gunicorn's workers may take a minute
+        wait_for_http(f"{url}{ready_path}", timeout=STARTUP_TIMEOUT, proc=proc)
     except BaseException:
         stop_process(proc)
         raise
@@ -285,7 +288,7 @@ def start_celery_worker(
     heartbeat: bool = False,
     own_group: bool = False,
     log_path: Path | None = None,
-    ready_timeout: float = 60,
+    ready_timeout: float = 0,
     without: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
     """A real `celery worker` on the test database and this process's Redis (unless `env` names
@@ -306,6 +309,7 @@ def start_celery_worker(
         log_path=log_path,
     )
     path: Path = proc.log_path  # type: ignore[attr-defined]
+    ready_timeout = ready_timeout or STARTUP_TIMEOUT
     deadline = time.monotonic() + ready_timeout
     while b"ready." not in path.read_bytes():
         if proc.poll() is not None or time.monotonic() > deadline:

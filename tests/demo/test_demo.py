@@ -361,6 +361,7 @@ def test_readme_names_the_demo_as_its_first_command() -> None:
     assert first_block.split("\n", 1)[1].lstrip().startswith("scripts/demo")
 
 
+@pytest.mark.slow  # a process per command
 @pytest.mark.parametrize(
     "argv", list(readme_commands().values()), ids=list(readme_commands().keys())
 )
