@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,10 +17,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
-import httpx
 import psycopg
 
-from bench.common import BENCH_DB, PG_HOST, PG_PORT, PG_USER, PORT_RANGE, ROOT, WORK, pg_url
+from bench.common import BENCH_DB, PG_HOST, PG_PORT, PG_USER, ROOT, WORK, pg_url
+from tests.processes import free_port, redis_url, wait_for_http  # one source for processes
 
 _STARTED: list[subprocess.Popen[bytes]] = []
 _TREE: Path | None = None
@@ -87,7 +86,7 @@ def project_env(**extra: str) -> dict[str, str]:
         "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only-secret"),
         "DEBUG": "0",
         "LOG_LEVEL": "ERROR",
-        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/6",
+        "CELERY_BROKER_URL": redis_url(),  # a Redis database this process claimed for itself
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     env.pop("TEST_DATABASE_NAME", None)
@@ -149,17 +148,6 @@ def worker_token(*options: str) -> str:
     return out.strip().splitlines()[-1].strip()
 
 
-def free_port() -> int:
-    for port in range(PORT_RANGE[0], PORT_RANGE[1] + 1):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {PORT_RANGE}")
-
-
 def spawn(args: list[str], *, log_name: str, env: dict[str, str] | None = None) -> Any:
     """Start a process in its own process group, logging to bench/.work/<log_name>.log."""
     WORK.mkdir(parents=True, exist_ok=True)
@@ -204,16 +192,7 @@ def stop_all() -> None:
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server for {url} exited with {proc.returncode}")
-        try:
-            httpx.get(url, timeout=1.0)
-            return
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise TimeoutError(f"{url} did not answer within {timeout}s")
+    wait_for_http(url, timeout=timeout, proc=proc)
 
 
 def gunicorn_args(port: int, workers: int, threads: int) -> list[str]:

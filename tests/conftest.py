@@ -1,24 +1,24 @@
 """Fixtures shared by every test: worker tokens, an authenticated API client, budget policies."""
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from pathlib import Path
+from contextlib import suppress
 from typing import Any
 
-import httpx
 import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.processes import (  # noqa: F401  (names other test modules import from here)
+    ROOT,
+    free_port,
+    gunicorn_server,
+    stop_process,
+    test_database_url,
+    wait_for_http,
+)
 
 
 @pytest.fixture
@@ -49,116 +49,6 @@ def make_policy(db: Any) -> Callable[..., BudgetPolicy]:
         return BudgetPolicy.objects.create(name=f"{agent}-policy", agent=agent, **values)
 
     return make
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def test_database_url() -> str:
-    """The URL of the test database pytest-django created, for processes the tests start."""
-    settings = connection.settings_dict
-    return f"postgres://{settings['USER'] or 'root'}@{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}/{settings['NAME']}"
-
-
-def wait_for_http(
-    url: str, *, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process for {url} exited with {proc.returncode}")
-        try:
-            httpx.get(url, timeout=1.0)
-            return
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise TimeoutError(f"{url} did not answer within {timeout}s")
-
-
-def stop_process(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-@contextmanager
-def gunicorn_process(
-    *,
-    port: int | None = None,
-    env: dict[str, str] | None = None,
-    workers: int = 2,
-    threads: int = 4,
-    timeout: int = 30,
-    log_name: str = "gunicorn",
-    own_group: bool = False,
-) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A real gunicorn serving the project against the test database; yields its base URL and
-    its master process. `own_group`: the master leads its own process group, so a test can
-    SIGKILL the whole node (master and workers) the way a machine dies.
-
-    `env` is added to this process's environment (an SMTP sink, a broker of the suite's own).
-    """
-    port = port or free_port()
-    full_env = {
-        **os.environ,
-        "DATABASE_URL": test_database_url(),
-        "LOG_LEVEL": "WARNING",
-        **(env or {}),
-    }
-    logs = ROOT / ".pytest_cache"
-    logs.mkdir(exist_ok=True)
-    with open(logs / f"{log_name}-{port}.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "config.wsgi",
-                "-b",
-                f"127.0.0.1:{port}",
-                "-w",
-                str(workers),
-                "--threads",
-                str(threads),
-                "--timeout",
-                str(timeout),
-            ],
-            cwd=ROOT,
-            env=full_env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=own_group,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_for_http(f"{url}/api/v1/schema/", proc=proc)
-            yield url, proc
-        finally:
-            stop_process(proc)
-
-
-@contextmanager
-def gunicorn_server(
-    *,
-    port: int | None = None,
-    env: dict[str, str] | None = None,
-    workers: int = 2,
-    threads: int = 4,
-    timeout: int = 30,
-    log_name: str = "gunicorn",
-) -> Iterator[str]:
-    """A real gunicorn serving the project against the test database; yields its base URL."""
-    with gunicorn_process(
-        port=port, env=env, workers=workers, threads=threads, timeout=timeout, log_name=log_name
-    ) as (url, _proc):
-        yield url
 
 
 @pytest.fixture(scope="session")
@@ -247,11 +137,58 @@ def chain_problems(run_id: Any) -> list[str]:
     return [line for line in out.getvalue().splitlines() if line.startswith("BROKEN")]
 
 
+# fixtures that start real processes or servers: a test using one is marked `slow`
+PROCESS_FIXTURES = frozenset(
+    {
+        "ledger_server",
+        "agent_ledger_url",
+        "desk",
+        "smtp_sink",
+        "tools_server",
+        "killable_server",
+        "smtp_server",
+        "mail_stack",
+        "start_worker",
+        "export_worker",
+        "live_server",
+        "review_server",
+        "celery_worker",
+        "private_redis",
+    }
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that use the session's Chromium run last, in their own order.
+    """Marks what the fast loop leaves out, and puts the tests that use Chromium last.
+
+    A test using a process fixture is `slow`, one using the browser `browser` (so
+    `-m "not slow and not browser"` needs no marker kept by hand in every module).
 
     Playwright's sync API keeps an asyncio loop marked running in the main thread from the first
     browser test on, and Django cannot call an async view (the run detail's `?wait=`) through the
     test client from a thread whose loop is running: every other test goes first.
     """
+    if "bench" not in (config.option.markexpr or ""):
+        # the bench's smoke test runs only when a -m expression names it (scripts/test runs it
+        # last, alone: it starts a stack of its own on a database of its own)
+        benches = [item for item in items if item.get_closest_marker("bench")]
+        if benches:
+            config.hook.pytest_deselected(items=benches)
+            items[:] = [item for item in items if not item.get_closest_marker("bench")]
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & PROCESS_FIXTURES:
+            item.add_marker(pytest.mark.slow)
+        if "browser" in names:
+            item.add_marker(pytest.mark.browser)
     items.sort(key=lambda item: "browser" in getattr(item, "fixturenames", ()))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def celery_on_own_redis() -> Iterator[None]:
+    """Whatever a test enqueues from this process goes to this process's own Redis database
+    (tests/processes.py), never to a queue another session's workers consume."""
+    from tests.processes import celery_app_on, redis_url
+
+    with celery_app_on(redis_url()):
+        yield

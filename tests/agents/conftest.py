@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from tests.agents.fixtures import (  # noqa: F401  (names the agent tests import from here)
     LEDGER_PORT,
@@ -18,34 +17,39 @@ from tests.agents.fixtures import (  # noqa: F401  (names the agent tests import
     AgentDesk,
     AgentResult,
     SmtpSink,
-    celery_app_on,
-    celery_worker_start,
-    celery_worker_stop,
     effects_for,
     support_policy,
 )
+from tests.conftest import ROOT  # noqa: F401
+from tests.processes import celery_app_on, flush_redis, start_celery_worker, stop_process
 
 
 @pytest.fixture
 def celery_on_db2() -> Iterator[None]:
-    """Point this process's Celery app at Redis DB 2 (our isolation), then back."""
-    with celery_app_on(REDIS_URL):
+    """Point this process's Celery app at this process's own Redis database, then back.
+    (The name is from when that database was Redis DB 2.)"""
+    with celery_app_on(REDIS_URL) as app:
+        assert app.conf.broker_url == REDIS_URL, "CELERY_BROKER_URL in the environment wins"
         yield
 
 
 @pytest.fixture
 def start_worker(desk: AgentDesk) -> Iterator[Callable[..., tuple[subprocess.Popen[bytes], Path]]]:
     """Start a real `celery worker` (prefork, one child) for the agents; stop it after the test."""
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    flush_redis()
     started: list[subprocess.Popen[bytes]] = []
 
     def start(**extra_env: str) -> tuple[subprocess.Popen[bytes], Path]:
-        proc, log_path = celery_worker_start(
-            broker_url=REDIS_URL, ledger_url=desk.url, token=desk.token, env=extra_env
+        env = {"LEDGER_URL": desk.url, "LEDGER_TOKEN": desk.token, **extra_env}
+        proc = start_celery_worker(
+            env=env,
+            name="agents-test",
+            own_group=True,  # its own process group, like a pod
+            without=("AGENT_CRASH", "AGENT_STOP"),  # the test process's crash points stay here
         )
         started.append(proc)
-        return proc, log_path
+        return proc, proc.log_path  # type: ignore[attr-defined]
 
     yield start
     for proc in started:
-        celery_worker_stop(proc)
+        stop_process(proc, timeout=20)

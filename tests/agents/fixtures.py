@@ -2,72 +2,46 @@
 gunicorn ledger that mails through a local aiosmtpd, and the desk that starts agent processes.
 
 A plain module, not a conftest: the root conftest registers its fixtures once, so the session's
-SMTP sink and ledger server (on fixed ports from the 8200-8299 range) exist once, however many
-suites use them.
+SMTP sink and ledger server (ports from the OS, this process's own Redis database) exist once,
+however many suites use them.
 """
 
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from email import message_from_bytes
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
 
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
-from tests.agents.ports import port_in_range
-from tests.conftest import ROOT, gunicorn_server
-from tests.conftest import test_database_url as database_url
+from tests.processes import (
+    ROOT,
+    SmtpSink,
+    free_port,
+    gunicorn_server,
+    redis_url,
+    start_celery_worker,
+    stop_process,
+)
+from tests.processes import smtp_sink as smtp_sink_running
 from tools.models import KnowledgeArticle, OutboundEmail, Ticket
 
-LEDGER_PORT = port_in_range(8210, 8219)
-SMTP_PORT = port_in_range(8220, 8229)
-REDIS_URL = "redis://127.0.0.1:6379/2"
-
-
-class SmtpSink:
-    """Collects every message the local SMTP server receives."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        message = message_from_bytes(envelope.content)
-        with self._lock:
-            self.messages.append(
-                {
-                    "to": list(envelope.rcpt_tos),
-                    "subject": message["Subject"],
-                    "message_id": message["Message-ID"],
-                }
-            )
-        return "250 Message accepted for delivery"
-
-    def to(self, address: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return [m for m in self.messages if address in m["to"]]
+LEDGER_PORT = free_port()
+SMTP_PORT = free_port()
+REDIS_URL = redis_url()  # this test process's own Redis database
 
 
 @pytest.fixture(scope="session")
 def smtp_sink() -> Iterator[SmtpSink]:
-    sink = SmtpSink()
-    controller = Controller(sink, hostname="127.0.0.1", port=SMTP_PORT)
-    controller.start()
-    try:
+    with smtp_sink_running(port=SMTP_PORT) as sink:
         yield sink
-    finally:
-        controller.stop()
 
 
 @pytest.fixture(scope="session")
@@ -75,12 +49,7 @@ def agent_ledger_url(
     django_db_setup: Any, django_db_blocker: Any, smtp_sink: SmtpSink
 ) -> Iterator[str]:
     """gunicorn on the test database whose email backend talks to the local SMTP sink."""
-    env = {
-        "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-        "EMAIL_HOST": "127.0.0.1",
-        "EMAIL_PORT": str(SMTP_PORT),
-        "CELERY_BROKER_URL": REDIS_URL,
-    }
+    env = {**smtp_sink.mail_env(), "CELERY_BROKER_URL": REDIS_URL}
     with gunicorn_server(port=LEDGER_PORT, env=env, log_name="agents-gunicorn") as url:
         yield url
 
@@ -215,93 +184,35 @@ def desk(agent_ledger_url: str, smtp_sink: SmtpSink, transactional_db: Any) -> A
     return AgentDesk(url=agent_ledger_url, token=support_desk_token(), smtp=smtp_sink)
 
 
-@contextmanager
-def celery_app_on(broker_url: str) -> Iterator[None]:
-    """Point this process's Celery app (what it enqueues: agent runs, re-dispatches) at a suite's
-    own broker, then back."""
-    from config.celery import app
-
-    previous = app.conf.broker_url
-    app.conf.update(broker_url=broker_url)
-    assert app.conf.broker_url == broker_url, "CELERY_BROKER_URL in the environment wins"
-    app._after_fork()  # type: ignore[attr-defined]  # drop pooled connections to the old broker
-    try:
-        yield
-    finally:
-        app.conf.update(broker_url=previous)
-        app._after_fork()  # type: ignore[attr-defined]
-
-
 def celery_worker_start(
     *,
     broker_url: str,
     ledger_url: str,
     token: str,
-    name: str | None = None,
+    name: str = "agents-test",
     concurrency: int = 1,
     env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    """A real `celery worker` node (prefork) for the agents, in its own process group like a pod
-    (os.killpg kills the node whole); `env` is added to this process's environment. Returns once it is ready, with its log's path. The caller
-    stops it (`celery_worker_stop`)."""
-    name = name or f"agents-test-{uuid.uuid4().hex[:6]}"
-    log_path = ROOT / ".pytest_cache" / f"{name}.log"
-    log_path.parent.mkdir(exist_ok=True)
-    full_env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("AGENT_CRASH", "AGENT_STOP"))
-    }
-    full_env.update(
-        {
-            "DATABASE_URL": database_url(),
+    """A real `celery worker` node (prefork) for the agents on `broker_url`, in its own process
+    group like a pod (os.killpg kills the node whole); returns it ready, with its log's path.
+    Stop it with `celery_worker_stop`."""
+    proc = start_celery_worker(
+        env={
             "CELERY_BROKER_URL": broker_url,
             "LEDGER_URL": ledger_url,
             "LEDGER_TOKEN": token,
             **(env or {}),
-        }
+        },
+        name=name,
+        concurrency=concurrency,
+        own_group=True,
+        without=("AGENT_CRASH", "AGENT_STOP"),  # the test process's crash points stay here
     )
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "config",
-                "worker",
-                "-l",
-                "info",
-                "-P",
-                "prefork",
-                "-c",
-                str(concurrency),
-                "-n",
-                f"{name}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
-            cwd=ROOT,
-            env=full_env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, like a pod
-        )
-    deadline = time.monotonic() + 60
-    while b"ready." not in log_path.read_bytes():
-        assert proc.poll() is None, log_path.read_text()
-        assert time.monotonic() < deadline, "celery worker not ready in 60 s"
-        time.sleep(0.2)
-    return proc, log_path
+    return proc, proc.log_path  # type: ignore[attr-defined]
 
 
 def celery_worker_stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
+    stop_process(proc, timeout=20)
 
 
 def effects_for(desk: AgentDesk, customer: str) -> tuple[int, int, int]:

@@ -1,16 +1,8 @@
-"""Ports for the servers these suites start: the first free one in a slice of 8200-8299."""
+"""Kept for the tests that import it: ports now come from the OS (tests/processes.py)."""
 
-import socket
+from tests.processes import free_port
 
 
-def port_in_range(first: int, last: int) -> int:
-    """A port in [first, last] nothing listens on now (two sessions at once do not collide)."""
-    for port in range(first, last + 1):
-        with socket.socket() as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {first}-{last}")
+def port_in_range(first: int = 0, last: int = 0) -> int:
+    """A free port (chosen by the OS; the range is no longer needed to keep sessions apart)."""
+    return free_port()

@@ -110,7 +110,7 @@ class ChatCompletions(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def chat_server() -> Iterator[str]:
     ChatCompletions.requests = []
-    port = port_in_range(8230, 8239)
+    port = port_in_range()  # a free port from the OS
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), ChatCompletions)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

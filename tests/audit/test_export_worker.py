@@ -1,76 +1,51 @@
-"""A bulk export over the threshold runs on a real Celery worker (Redis DB 4) and is downloaded."""
+"""A bulk export over the threshold runs on a real Celery worker (this process's own Redis
+database) and is downloaded."""
 
-import os
 import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import redis
 from django.test import Client
 
 from audit.models import ExportJob, ExportStatus
 from audit.verify import load_public_key, verify_export_file
 from bench.testdata import runs_bulk_create
-from config.celery import app
 from tests.audit.conftest import PUBLIC_KEY, SIGNING_KEY
-from tests.conftest import ROOT
-from tests.conftest import test_database_url as database_url
+from tests.processes import (
+    celery_app_on,
+    flush_redis,
+    redis_url,
+    start_celery_worker,
+    stop_process,
+)
 
 pytestmark = pytest.mark.slow
-REDIS_URL = "redis://127.0.0.1:6379/4"
+REDIS_URL = redis_url()
 
 
 @pytest.fixture
 def celery_on_db4() -> Iterator[None]:
-    """Point this process's Celery app at Redis DB 4 (our isolation), then back."""
-    previous = app.conf.broker_url
-    app.conf.update(broker_url=REDIS_URL)
-    app._after_fork()  # type: ignore[attr-defined]  # drop pooled connections to the old broker
-    try:
+    """Point this process's Celery app at its own Redis database, then back (the name is from
+    when that was Redis DB 4)."""
+    with celery_app_on(REDIS_URL):
         yield
-    finally:
-        app.conf.update(broker_url=previous)
-        app._after_fork()  # type: ignore[attr-defined]
 
 
 @pytest.fixture
 def export_worker(settings: Any) -> Iterator[subprocess.Popen[bytes]]:
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    name = f"audit-test-{uuid.uuid4().hex[:6]}"
-    log_path = ROOT / ".pytest_cache" / f"{name}.log"
+    flush_redis()
     env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
         "CELERY_BROKER_URL": REDIS_URL,
         "AUDIT_SIGNING_KEY": SIGNING_KEY,
         "AUDIT_EXPORT_DIR": settings.AUDIT_EXPORT_DIR,
     }
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "-l", "info", "-P", "solo",
-             "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 60
-            while b"ready." not in log_path.read_bytes():
-                assert proc.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, "celery worker not ready in 60 s"
-                time.sleep(0.2)
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    proc = start_celery_worker(env=env, pool="solo", name="audit-test")
+    try:
+        yield proc
+    finally:
+        stop_process(proc, timeout=20)
 
 
 def test_a_bulk_export_runs_on_a_worker_and_the_page_offers_the_download(

@@ -17,6 +17,7 @@ from bench import stack
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SMOKE_DB = "test_al_bench_smoke"
+FRUGAL = ("--workers", "1", "--threads", "2")  # few PostgreSQL connections beside other users
 
 
 def _processes_using(database: str) -> list[int]:
@@ -34,6 +35,7 @@ def _processes_using(database: str) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.bench
 def test_bench_smoke_tier_writes_results_from_real_samples_and_leaves_no_process(
     tmp_path: Path,
 ) -> None:
@@ -49,7 +51,8 @@ def test_bench_smoke_tier_writes_results_from_real_samples_and_leaves_no_process
     }
     env.pop("TEST_DATABASE_NAME", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "all", "--smoke", "--out", str(out)],
+        # one gunicorn worker with two threads: the smoke tier checks the machinery, not figures
+        [sys.executable, "-m", "bench", "all", "--smoke", *FRUGAL, "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,

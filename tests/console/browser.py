@@ -1,26 +1,15 @@
-"""Browser helpers for the console: screenshots go to a temporary folder unless asked for.
-
-`CONSOLE_SCREENSHOTS=1` writes them into docs/screenshots/ (the README's pictures); otherwise a
-test run leaves every tracked file as it was.
+"""Browser helpers for the console: screenshots go to the ignored .test-output/screenshots/
+unless `UPDATE_SCREENSHOTS=1` (or `CONSOLE_SCREENSHOTS=1`) asks for docs/screenshots/ (the
+README's pictures); a test run leaves every tracked file as it was.
 """
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.review.browser import SCREENSHOTS
+from tests.review.browser import SCREENSHOTS, screenshot_dir  # noqa: F401
 from tests.review.factories import PASSWORD
 
 TIMEOUT = 15_000
-
-
-def screenshot_dir() -> Path:
-    if os.environ.get("CONSOLE_SCREENSHOTS") == "1":
-        return SCREENSHOTS
-    folder = Path(tempfile.gettempdir()) / "agentledger-console-screenshots"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def shot(page: Any, name: str, *, selector: str | None = None) -> Path:

@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,21 +29,16 @@ import psutil
 import psycopg
 import pytest
 
+from tests.processes import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 SUMMARY_TIMEOUT = 300.0  # seconds from start to the printed summary (about 30 s on a quiet machine)
 STOP_TIMEOUT = 90.0
 
 
 def demo_port() -> int:
-    """A free port from the top of the demo's range (the embedded services take the bottom)."""
-    for port in range(8599, 8549, -1):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 8550-8599")
+    """A free port for the demo's web server (the OS chooses it)."""
+    return free_port()
 
 
 def logs_tail(clone: Path, lines: int = 20) -> str:
@@ -378,6 +372,7 @@ def test_readme_names_the_demo_as_its_first_command() -> None:
     assert first_block.split("\n", 1)[1].lstrip().startswith("scripts/demo")
 
 
+@pytest.mark.slow  # a process per command
 @pytest.mark.parametrize(
     "argv", list(readme_commands().values()), ids=list(readme_commands().keys())
 )

@@ -13,31 +13,35 @@ concurrent requests, more chaos rounds and kills, longer database outages):
 (`--soak` is only known when tests/reliability is named on the command line; the environment
 variable works from anywhere.) `-s` shows the counts the chaos and fault tests print.
 
-Isolation: this suite's servers and brokers listen on TCP ports 8700-8799 only, use Redis DB 7
-only, and expect `TEST_DATABASE_NAME` (test_al_rel) so pytest-django gives it its own database.
+Isolation: this suite's servers listen on ports the OS chooses and use this test process's own
+Redis database (tests/processes.py); the database is pytest-django's test database.
 """
 
 import os
-import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from email import message_from_bytes
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
 
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
-from tests.conftest import gunicorn_server, stop_process
+from tests.processes import (
+    ROOT,  # noqa: F401  (the suite's modules import it from here)
+    SmtpSink,
+    celery_app_on,
+    free_port,
+    gunicorn_server,
+    redis_db,
+    redis_url,
+    smtp_sink,
+    stop_process,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-PORT_RANGE = range(8700, 8800)
-REDIS_DB = 7
+REDIS_DB = redis_db()  # this test process's own
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -98,16 +102,8 @@ def scale(request: pytest.FixtureRequest) -> Scale:
 
 
 def port_in_range() -> int:
-    """A free port of this suite's range (8700-8799), never one somebody else may be using."""
-    for port in PORT_RANGE:
-        with socket.socket() as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 8700-8799")
+    """A free port (kept for the tests that import it; the OS chooses it now)."""
+    return free_port()
 
 
 stop = stop_process
@@ -115,9 +111,8 @@ stop = stop_process
 
 @contextmanager
 def gunicorn(*, env: dict[str, str] | None = None, workers: int = 2) -> Iterator[str]:
-    """A real gunicorn on the test database, on a port of this suite's range; yields its URL."""
+    """A real gunicorn on the test database; yields its URL."""
     with gunicorn_server(
-        port=port_in_range(),
         env=env,
         workers=workers,
         threads=8,
@@ -129,26 +124,19 @@ def gunicorn(*, env: dict[str, str] | None = None, workers: int = 2) -> Iterator
 
 @pytest.fixture(scope="session", autouse=True)
 def celery_on_redis_db7() -> Iterator[None]:
-    """Anything this suite enqueues from the test process (a reaper re-dispatch) goes to Redis
-    DB 7, this suite's own, never to a queue another suite's workers consume."""
-    from config.celery import app
-
-    previous = app.conf.broker_url
-    app.conf.update(broker_url=f"redis://127.0.0.1:6379/{REDIS_DB}")
-    app._after_fork()  # type: ignore[attr-defined]  # drop pooled connections to the old broker
-    try:
+    """Anything this suite enqueues from the test process (a reaper re-dispatch) goes to this
+    process's own Redis database, never to a queue another session's workers consume. (The name
+    is from when that was Redis DB 7.)"""
+    with celery_app_on(redis_url()):
         yield
-    finally:
-        app.conf.update(broker_url=previous)
-        app._after_fork()  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")
 def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
-    """This suite's own gunicorn (ports 8700-8799) on the test database; yields its base URL.
+    """This suite's own gunicorn (8 threads a worker) on the test database; yields its base URL.
 
-    Overrides tests/conftest.py's fixture of the same name so every server of this suite stays in
-    its assigned port range. Tests that use it need `transactional_db`.
+    Overrides tests/conftest.py's fixture of the same name. Tests that use it need
+    `transactional_db`.
     """
     with gunicorn() as url:
         yield url
@@ -159,26 +147,6 @@ def raw_token(transactional_db: Any) -> str:
     """A worker token committed to the database, so a live server sees it."""
     _, raw = worker_token_create(name="reliability")
     return raw
-
-
-class SmtpSink:
-    """Every message the local aiosmtpd receives (on a port of this suite's range)."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        message = message_from_bytes(envelope.content)
-        with self.lock:
-            self.messages.append(
-                {"to": list(envelope.rcpt_tos), "message_id": message["Message-ID"]}
-            )
-        return "250 OK"
-
-    def to(self, address: str) -> list[dict[str, Any]]:
-        with self.lock:
-            return [m for m in self.messages if address in m["to"]]
 
 
 @dataclass
@@ -198,10 +166,6 @@ def mail_stack(
     (20 steps, 10 recoveries) and a small knowledge base."""
     from tools.models import KnowledgeArticle
 
-    sink = SmtpSink()
-    smtp_port = port_in_range()
-    controller = Controller(sink, hostname="127.0.0.1", port=smtp_port)
-    controller.start()
     _, token = worker_token_create(name="reliability-mail")
     BudgetPolicy.objects.update_or_create(
         agent="support",
@@ -219,15 +183,10 @@ def mail_stack(
         ("invoices", "Reading your invoice", "Each invoice lists charges by date."),
     ]:
         KnowledgeArticle.objects.get_or_create(slug=slug, defaults={"title": title, "body": body})
-    env = {
-        "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-        "EMAIL_HOST": "127.0.0.1",
-        "EMAIL_PORT": str(smtp_port),
-        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/7",
-        **getattr(request.module, "SERVER_ENV", {}),  # a test module's extra server settings
-    }
-    try:
+    with smtp_sink() as sink:
+        env = {
+            **sink.mail_env(),
+            **getattr(request.module, "SERVER_ENV", {}),  # a test module's extra server settings
+        }
         with gunicorn(env=env, workers=3) as url:
-            yield Stack(url=url, token=token, smtp=sink, smtp_port=smtp_port, workdir=tmp_path)
-    finally:
-        controller.stop()
+            yield Stack(url=url, token=token, smtp=sink, smtp_port=sink.port, workdir=tmp_path)

@@ -12,11 +12,9 @@ redelivery (acks_late, a short visibility timeout) or by the reaper, which this 
 way beat would (every couple of seconds) and which re-dispatches interrupted runs.
 """
 
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -31,8 +29,8 @@ import redis
 from runs.chain import run_chain_breaks
 from runs.models import Event, Run
 from runs.services import runs_reap_expired_leases, runs_redispatch_idle
-from tests import conftest as base
-from tests.reliability.conftest import ROOT, Stack, port_in_range, stop
+from tests.processes import start_celery_worker
+from tests.reliability.conftest import Stack, port_in_range, stop
 
 RUNS = 12
 REDIS_DB = 7
@@ -124,51 +122,23 @@ def celery_worker(
 
     def start() -> subprocess.Popen[bytes]:
         env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("AGENT_CRASH", "AGENT_STOP"))
+            "CELERY_BROKER_URL": private_redis.url,
+            "CELERY_VISIBILITY_TIMEOUT": "15",
+            "LEDGER_URL": mail_stack.url,
+            "LEDGER_TOKEN": mail_stack.token,
+            "AGENT_LEASE_TTL": "6",
+            "EMAIL_HOST": "127.0.0.1",
+            "EMAIL_PORT": str(mail_stack.smtp_port),
         }
-        env.update(
-            {
-                "DATABASE_URL": base.test_database_url(),
-                "CELERY_BROKER_URL": private_redis.url,
-                "CELERY_VISIBILITY_TIMEOUT": "15",
-                "LEDGER_URL": mail_stack.url,
-                "LEDGER_TOKEN": mail_stack.token,
-                "AGENT_LEASE_TTL": "6",
-                "EMAIL_HOST": "127.0.0.1",
-                "EMAIL_PORT": str(mail_stack.smtp_port),
-            }
-        )
-        log = open(log_path, "ab")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "config",
-                "worker",
-                "-l",
-                "info",
-                "-P",
-                "prefork",
-                "-c",
-                "2",
-                "-n",
-                f"rel-broker-{uuid.uuid4().hex[:6]}@%h",
-                "--without-gossip",
-                "--without-mingle",
-            ],
-            cwd=ROOT,
+        proc = start_celery_worker(
             env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            concurrency=2,
+            name="rel-broker",
+            heartbeat=True,
+            log_path=log_path,
+            without=("AGENT_CRASH", "AGENT_STOP"),
         )
         procs.append(proc)
-        deadline = time.monotonic() + 60
-        while b"ready." not in log_path.read_bytes():
-            assert proc.poll() is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, "celery worker not ready in 60 s"
-            time.sleep(0.2)
         return proc
 
     yield start

@@ -1,7 +1,11 @@
-"""Playwright helpers for the dashboard's browser tests: Debian's Chromium, a server in 8300-8399."""
+"""Playwright helpers for the dashboard's browser tests: Debian's Chromium, a live server.
+
+Screenshots go to `.test-output/screenshots/` (ignored by git); `UPDATE_SCREENSHOTS=1` writes
+them into docs/screenshots/ instead, the README's pictures. A test run never rewrites a tracked
+file.
+"""
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,8 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.processes import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOTS = ROOT / "docs" / "screenshots"
+SCREENSHOTS = ROOT / "docs" / "screenshots"  # the README's pictures (UPDATE_SCREENSHOTS=1)
+TEST_SCREENSHOTS = ROOT / ".test-output" / "screenshots"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -21,28 +28,31 @@ CHROMIUM_ARGS = [
 
 
 def port_in_my_range() -> int:
-    """The review helper's ports are 8300-8399; take the first free one."""
-    for port in range(8300, 8400):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 8300-8399")
+    """A free port (kept for the tests that import it; the OS chooses it now)."""
+    return free_port()
 
 
-def shot(page: Any, name: str, *, mask: tuple[str, ...] = ()) -> None:
-    """A full-page screenshot into docs/screenshots/, only when SCREENSHOTS=1 asks (a test run
-    must not rewrite tracked files); `mask` hides secrets (a new token)."""
-    if os.environ.get("SCREENSHOTS") != "1":
-        return
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+def screenshot_dir() -> Path:
+    """docs/screenshots/ with UPDATE_SCREENSHOTS=1 (or the older SCREENSHOTS=1 /
+    CONSOLE_SCREENSHOTS=1), otherwise the ignored .test-output/screenshots/."""
+    if any(os.environ.get(name) == "1" for name in UPDATE_SWITCHES):
+        return SCREENSHOTS
+    TEST_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return TEST_SCREENSHOTS
+
+
+UPDATE_SWITCHES = ("UPDATE_SCREENSHOTS", "SCREENSHOTS", "CONSOLE_SCREENSHOTS")
+
+
+def shot(page: Any, name: str, *, mask: tuple[str, ...] = ()) -> Path:
+    """A full-page screenshot into `screenshot_dir()`; `mask` hides secrets (a new token)."""
+    path = screenshot_dir() / f"{name}.png"
     page.screenshot(
-        path=str(SCREENSHOTS / f"{name}.png"),
+        path=str(path),
         full_page=True,
         mask=[page.locator(selector) for selector in mask],
     )
+    return path
 
 
 @pytest.fixture(scope="session")

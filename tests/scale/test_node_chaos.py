@@ -30,18 +30,17 @@ from runs.services import runs_reap_expired_leases, runs_redispatch_idle
 from tests.agents.fixtures import (
     SMTP_PORT,
     SmtpSink,
-    celery_app_on,
     celery_worker_start,
     celery_worker_stop,
     support_desk_token,
 )
-from tests.conftest import gunicorn_process
+from tests.processes import celery_app_on, gunicorn_process, redis_url
 from tests.scale.helpers import RoundRobinBalancer
 from tools.models import OutboundEmail, Ticket
 
 pytestmark = pytest.mark.slow
 
-BROKER_URL = "redis://127.0.0.1:6379/8"
+BROKER_URL = redis_url()  # this test process's own Redis database
 RUNS = 16
 LEASE_TTL = "5"
 

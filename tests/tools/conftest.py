@@ -1,85 +1,48 @@
 """Tool-side fixtures: a local SMTP server (aiosmtpd), a gunicorn pointed at it, a killable one.
 
-Everything listens on this suite's ports (8100-8199) and uses Redis DB 1 for any broker.
+Ports come from the OS; any broker is this test process's own Redis database (tests/processes.py).
 """
 
-import asyncio
-import email
-import email.message
-import os
-import signal
-import socket
 import subprocess
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
 from rest_framework.test import APIClient
 
 from runs.tokens import worker_token_create
-from tests.conftest import ROOT, test_database_url, wait_for_http
+from tests.conftest import ROOT, test_database_url, wait_for_http  # noqa: F401
+from tests.processes import SmtpSink, free_port, redis_url, smtp_sink, start_gunicorn, stop_process
 from tests.tools import fixture_tools
 
-PORT_RANGE = range(8100, 8200)  # this suite's ports; a second session picks the next free ones
-BROKER_URL = "redis://127.0.0.1:6379/1"
-_taken: set[int] = set()
+BROKER_URL = redis_url()
 
 
 def port_in_range() -> int:
-    """A free port from PORT_RANGE that this process has not handed out yet."""
-    for port in PORT_RANGE:
-        if port in _taken:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _taken.add(port)
-        return port
-    raise RuntimeError(f"no free port in {PORT_RANGE}")
+    """A free port (kept for the tests that import it; the OS chooses it now)."""
+    return free_port()
 
 
-class SmtpRecorder:
-    """An aiosmtpd handler that keeps every message; `delay` widens the in-progress window."""
+class SmtpRecorder(SmtpSink):
+    """An SMTP sink that holds each message 0.3 s by default (a wider in-progress window)."""
 
     def __init__(self, delay: float = 0.3) -> None:
-        self.delay = delay
-        self.port = 0
-        self.messages: list[email.message.Message] = []
-        self._lock = threading.Lock()
+        super().__init__(delay=delay)
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        await asyncio.sleep(self.delay)
-        with self._lock:
-            self.messages.append(email.message_from_bytes(envelope.content))
-        return "250 Message accepted for delivery"
-
-    def with_message_id(self, message_id: str) -> list[email.message.Message]:
-        with self._lock:
-            return [m for m in self.messages if m["Message-ID"] == message_id]
+    @property
+    def messages(self) -> list[Any]:
+        """Every message received, as email.message.Message."""
+        return self.raw
 
 
 @pytest.fixture(scope="session")
 def smtp_server() -> Iterator[SmtpRecorder]:
-    recorder = SmtpRecorder()
-    recorder.port = port_in_range()
-    controller = Controller(recorder, hostname="127.0.0.1", port=recorder.port)
-    controller.start()
-    try:
+    with smtp_sink(SmtpRecorder()) as recorder:
         yield recorder
-    finally:
-        controller.stop()
 
 
 def _server_env(smtp_port: int) -> dict[str, str]:
     return {
-        **os.environ,
-        "DATABASE_URL": test_database_url(),
-        "LOG_LEVEL": "WARNING",
         "CELERY_BROKER_URL": BROKER_URL,
         "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
         "EMAIL_HOST": "127.0.0.1",
@@ -88,37 +51,19 @@ def _server_env(smtp_port: int) -> dict[str, str]:
     }
 
 
-def _gunicorn(port: int, *, workers: int, threads: int, env: dict[str, str]) -> subprocess.Popen:
-    log = open(ROOT / ".pytest_cache" / f"tools-gunicorn-{port}.log", "ab")  # noqa: SIM115
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "config.wsgi",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            str(workers),
-            "--threads",
-            str(threads),
-        ],
-        cwd=ROOT,
+def _gunicorn(*, workers: int, threads: int, env: dict[str, str]) -> tuple[str, subprocess.Popen]:
+    # its own process group, so a test can SIGKILL all of it
+    return start_gunicorn(
         env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group, so a test can SIGKILL all of it
+        workers=workers,
+        threads=threads,
+        log_name="tools-gunicorn",
+        ready_path="/api/v1/tools/",
+        own_group=True,
     )
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+_stop = stop_process
 
 
 @pytest.fixture(scope="session")
@@ -129,11 +74,8 @@ def tools_server(
 
     Tests that talk to it must use `transactional_db` so what they write is committed.
     """
-    port = port_in_range()
-    proc = _gunicorn(port, workers=2, threads=4, env=_server_env(smtp_server.port))
-    url = f"http://127.0.0.1:{port}"
+    url, proc = _gunicorn(workers=2, threads=4, env=_server_env(smtp_server.port))
     try:
-        wait_for_http(f"{url}/api/v1/tools/", proc=proc)
         yield url
     finally:
         _stop(proc)
@@ -149,12 +91,10 @@ def killable_server(
     started: list[subprocess.Popen] = []
 
     def start(**extra_env: str) -> tuple[str, subprocess.Popen]:
-        port = port_in_range()
-        env = {**_server_env(smtp_server.port), **extra_env}
-        proc = _gunicorn(port, workers=1, threads=2, env=env)
+        url, proc = _gunicorn(
+            workers=1, threads=2, env={**_server_env(smtp_server.port), **extra_env}
+        )
         started.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_for_http(f"{url}/api/v1/tools/", proc=proc)
         return url, proc
 
     yield start
