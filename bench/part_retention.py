@@ -8,7 +8,7 @@ plus this one, `--steps` steps and `--events` events each, all completed and sig
 checkpoint (leaves written directly: this measures the drop, not the signing); the chain trigger
 and the foreign key checks are off while the bulk rows go in (session_replication_role), their
 hashes are placeholders. Then, with valid chains (made by
-audit.testdata.runs_bulk_create), `--held` runs in review and a tenth as many on legal hold in
+bench.testdata.runs_bulk_create), `--held` runs in review and a tenth as many on legal hold in
 the old months. It runs the partition stage of retention (audit.retention.retention_months_drop)
 with keep_days 180, times it per month, checks that the held runs were moved aside and still
 verify and that the recent months were not touched, writes bench/RETENTION.md and drops the
@@ -123,7 +123,7 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
 
     from audit.models import Checkpoint, RetentionPolicy
     from audit.retention import journal_months, retention_months_drop
-    from audit.testdata import runs_bulk_create
+    from bench.testdata import runs_bulk_create
     from runs.chain import run_chain_breaks
     from runs.models import Run
 
