@@ -22,7 +22,6 @@ from django.db.models import F
 from django.utils import timezone
 
 from review.audit import AuditEntry, audit_record
-from review.lookups import LookupAnswer, lookup_for, tool_lookup
 from review.models import Escalation, EscalationWebhook, LoginFailure, WebhookDelivery
 from review.roles import SUPERVISORS
 from runs import clock
@@ -38,6 +37,7 @@ from runs.services import (
     step_resolve,
 )
 from runs.tokens import worker_token_create, worker_token_revoke
+from tools.lookups import LookupAnswer, lookup_for, tool_lookup
 
 
 def claim_seconds() -> int:
