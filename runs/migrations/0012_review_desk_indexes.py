@@ -1,0 +1,38 @@
+"""Partial indexes for the review desk at size: the queue (unknown + awaiting approval steps,
+oldest first) and the runs in review for another reason; both are counted on every dashboard
+page. Built CONCURRENTLY so a big journal keeps taking writes while they are made."""
+
+from django.conf import settings
+from django.contrib.postgres.operations import AddIndexConcurrently
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    atomic = False
+
+    dependencies = [
+        ("runs", "0011_run_status_notify"),
+        migrations.swappable_dependency(settings.AUTH_USER_MODEL),
+    ]
+
+    operations = [
+        AddIndexConcurrently(
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(
+                    ("status", "needs_review"),
+                    models.Q(("status_reason", "unknown_step"), _negated=True),
+                ),
+                fields=["updated_at"],
+                name="run_review_not_unknown_idx",
+            ),
+        ),
+        AddIndexConcurrently(
+            model_name="step",
+            index=models.Index(
+                condition=models.Q(("state__in", ["unknown", "awaiting_approval"])),
+                fields=["intent_at", "id"],
+                name="step_desk_idx",
+            ),
+        ),
+    ]
