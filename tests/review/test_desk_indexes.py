@@ -36,4 +36,3 @@ def test_the_queue_reads_the_oldest_waiting_steps_along_one_index() -> None:
 def test_the_nav_badge_counts_waiting_steps_along_one_index() -> None:
     plan = _plan(Step.objects.filter(state__in=selectors.DESK_STATES).values("pk"), count=True)
     assert "step_desk_idx" in plan
-
