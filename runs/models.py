@@ -269,6 +269,12 @@ class Step(models.Model):
                 condition=Q(state__in=[StepState.UNKNOWN, StepState.AWAITING_APPROVAL]),
                 name="step_desk_idx",
             ),
+            # the review item's "similar past decisions": the latest decided steps of one tool
+            models.Index(
+                fields=["name", "-resolution_at"],
+                condition=Q(resolution_action__isnull=False),
+                name="step_decided_by_tool_idx",
+            ),
             models.Index(fields=["idempotency_key"], name="step_key_idx"),
             # the console's "top failing steps" over a window of days
             models.Index(

@@ -1,6 +1,7 @@
 """Partial indexes for the review desk at size: the queue (unknown + awaiting approval steps,
 oldest first) and the runs in review for another reason; both are counted on every dashboard
-page. Built CONCURRENTLY so a big journal keeps taking writes while they are made."""
+page; and the decided steps of one tool (the review item's similar past decisions). Built
+CONCURRENTLY so a big journal keeps taking writes while they are made."""
 
 from django.conf import settings
 from django.contrib.postgres.operations import AddIndexConcurrently
@@ -33,6 +34,14 @@ class Migration(migrations.Migration):
                 condition=models.Q(("state__in", ["unknown", "awaiting_approval"])),
                 fields=["intent_at", "id"],
                 name="step_desk_idx",
+            ),
+        ),
+        AddIndexConcurrently(
+            model_name="step",
+            index=models.Index(
+                condition=models.Q(("resolution_action__isnull", False)),
+                fields=["name", "-resolution_at"],
+                name="step_decided_by_tool_idx",
             ),
         ),
     ]

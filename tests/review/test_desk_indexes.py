@@ -36,3 +36,18 @@ def test_the_queue_reads_the_oldest_waiting_steps_along_one_index() -> None:
 def test_the_nav_badge_counts_waiting_steps_along_one_index() -> None:
     plan = _plan(Step.objects.filter(state__in=selectors.DESK_STATES).values("pk"), count=True)
     assert "step_desk_idx" in plan
+
+
+def test_similar_past_decisions_read_the_tool_s_latest_decisions_along_an_index(
+    unknown_step: Any,
+) -> None:
+    from review.evidence import similar_decisions
+
+    step = unknown_step.step
+    decided = (
+        Step.objects.filter(name=step.name, resolution_action__isnull=False)
+        .exclude(pk=step.pk)
+        .order_by("-resolution_at")[:5]
+    )
+    assert similar_decisions(step) == list(decided)  # the query this plan is of
+    assert "step_decided_by_tool_idx" in _plan(decided)
