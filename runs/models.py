@@ -159,9 +159,11 @@ class Run(models.Model):
             ),
             models.Index(fields=["status", "-created_at"], name="run_status_created_idx"),
             # the review queue's runs in review for another reason than an unknown step (crash
-            # loops): counted on every dashboard page (the nav badge), listed oldest first
+            # loops): counted on every dashboard page (the nav badge), listed oldest first; the
+            # id in the index lets the anti-join on unknown steps read it alone (an index on
+            # updated_at only was passed over for a bitmap scan of every run in review)
             models.Index(
-                fields=["updated_at"],
+                fields=["updated_at", "id"],
                 condition=Q(status=RunStatus.NEEDS_REVIEW) & ~Q(status_reason="unknown_step"),
                 name="run_review_not_unknown_idx",
             ),

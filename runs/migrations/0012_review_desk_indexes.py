@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
                     ("status", "needs_review"),
                     models.Q(("status_reason", "unknown_step"), _negated=True),
                 ),
-                fields=["updated_at"],
+                fields=["updated_at", "id"],
                 name="run_review_not_unknown_idx",
             ),
         ),
