@@ -326,7 +326,7 @@ LEDGER_FALLBACK_LIMITS = {
     "max_recoveries": 5,
 }
 # Where the journal asks the tool side what it knows about an idempotency key (recovery rules).
-# Tools that can say whether a key took effect (review.lookups): {"tool name": "dotted.path" or
+# Tools that can say whether a key took effect (tools.lookups): {"tool name": "dotted.path" or
 # "https://…/{key}"}; the review desk asks them about unknown steps (2 s, then "no answer").
 LEDGER_TOOL_LOOKUPS: dict[str, str] = json.loads(os.environ.get("LEDGER_TOOL_LOOKUPS") or "{}")
 LEDGER_KEY_STATE_LOOKUP = os.environ.get(

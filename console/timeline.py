@@ -205,6 +205,12 @@ def _seconds(delta: timedelta) -> str:
     return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.1f} s"
 
 
+def _n(value: float) -> str:
+    """A coordinate as the template would print it, formatted once here: a 200-step timeline
+    has a thousand of them, and the template engine's number localisation was most of its time."""
+    return str(value)
+
+
 def timeline_geometry(tl: Timeline, *, now: datetime) -> dict[str, Any]:
     """Coordinates for the SVG template: every number computed here, none in the template."""
     top = HEAD
@@ -230,14 +236,14 @@ def timeline_geometry(tl: Timeline, *, now: datetime) -> dict[str, Any]:
         bars.append(
             {
                 "bar": b,
-                "x": round(x0, 1),
-                "width": round(max(x1 - x0, 2.0), 1),
-                "y": y + (ROW - BAR) / 2,
-                "text_y": y + ROW - 3,
+                "x": _n(round(x0, 1)),
+                "width": _n(round(max(x1 - x0, 2.0), 1)),
+                "y": _n(y + (ROW - BAR) / 2),
+                "text_y": _n(y + ROW - 3),
                 "label": f"{b.index} {b.name}"[:30],
                 "tip": tip,
                 "open": b.end is None,
-                "after_x": round(max(x1, x0 + 2) + 3, 1),
+                "after_x": _n(round(max(x1, x0 + 2) + 3, 1)),
             }
         )
     bands = [

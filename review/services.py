@@ -22,7 +22,6 @@ from django.db.models import F
 from django.utils import timezone
 
 from review.audit import audit_record
-from review.lookups import LookupAnswer, lookup_for, tool_lookup
 from review.models import AuditEntry, Escalation, EscalationWebhook, LoginFailure, WebhookDelivery
 from review.roles import SUPERVISORS
 from runs import clock
@@ -39,6 +38,7 @@ from runs.services import (
     step_resolve,
 )
 from runs.tokens import worker_token_create, worker_token_revoke
+from tools.lookups import LookupAnswer, lookup_for, tool_lookup
 from tools.models import McpTool, McpToolMark
 
 

@@ -173,6 +173,15 @@ class Run(models.Model):
                 fields=["deadline"], condition=Q(status__in=LIVE), name="run_live_deadline_idx"
             ),
             models.Index(fields=["status", "-created_at"], name="run_status_created_idx"),
+            # the review queue's runs in review for another reason than an unknown step (crash
+            # loops): counted on every dashboard page (the nav badge), listed oldest first; the
+            # id in the index lets the anti-join on unknown steps read it alone (an index on
+            # updated_at only was passed over for a bitmap scan of every run in review)
+            models.Index(
+                fields=["updated_at", "id"],
+                condition=Q(status=RunStatus.NEEDS_REVIEW) & ~Q(status_reason="unknown_step"),
+                name="run_review_not_unknown_idx",
+            ),
             models.Index(fields=["-created_at"], name="run_created_idx"),
             # retention: the runs of one month (audit.retention)
             models.Index(fields=["journal_month"], name="run_journal_month_idx"),
@@ -283,6 +292,20 @@ class Step(models.Model):
                 fields=["intent_at"],
                 condition=Q(state=StepState.AWAITING_APPROVAL),
                 name="step_awaiting_approval_idx",
+            ),
+            # the review desk (unknown steps and steps awaiting approval together, oldest
+            # first): the queue page and the nav badge's count on every page. The two partial
+            # indexes above cannot serve `state IN (both)`, which then scanned every step.
+            models.Index(
+                fields=["intent_at", "id"],
+                condition=Q(state__in=[StepState.UNKNOWN, StepState.AWAITING_APPROVAL]),
+                name="step_desk_idx",
+            ),
+            # the review item's "similar past decisions": the latest decided steps of one tool
+            models.Index(
+                fields=["name", "-resolution_at"],
+                condition=Q(resolution_action__isnull=False),
+                name="step_decided_by_tool_idx",
             ),
             models.Index(fields=["idempotency_key"], name="step_key_idx"),
             # the console's "top failing steps" over a window of days

@@ -45,6 +45,7 @@ from runs.lock_objects import run_for_update
 from runs.models import Approval, ApprovalRequest, BudgetPolicy, Run, Step
 from runs.recovery import key_state_lookup
 from runs.signals import run_resumable
+from tools.lookups import tool_lookup
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +211,11 @@ class LeaseGrant:
 
 
 def _recover_open_intents(run: Run, *, actor: str, now: datetime) -> list[Step]:
-    """The recovery rules (docs/api.md) for every intent without an outcome. Returns the unknown steps."""
+    """The recovery rules (docs/api.md) for every intent without an outcome. Returns the unknown steps.
+
+    A write the ledger does not enforce is first put to its tool's lookup, if it declares one
+    (tools.lookups, at most 2 s, asked while the caller holds the run's lock).
+    """
     unknown: list[Step] = []
     lookup = None
     for step in Step.objects.filter(run=run, state=StepState.INTENT).order_by("index"):
@@ -224,6 +229,31 @@ def _recover_open_intents(run: Run, *, actor: str, now: datetime) -> list[Step]:
             step_move(step, StepState.INTERRUPTED)
             event_type = EventType.STEP_INTERRUPTED
             payload["why"] = "approved; no worker had taken it yet"
+        elif (
+            step.effect == Effect.WRITE
+            and step.enforced_by in (EnforcedBy.TOOL, EnforcedBy.NOBODY)
+            and (answer := tool_lookup(step.name, step.idempotency_key)) is not None
+        ):
+            # the tool can say whether the key took effect (tools.lookups): its answer settles
+            # the step and stays in the chain as evidence; "no answer" changes nothing
+            payload["lookup"] = answer.evidence()
+            if answer.state == "completed":
+                step_move(step, StepState.DONE)
+                step.result = {"settled_by_lookup": "completed"}
+                step.outcome_at = now
+                payload["key_state"] = "completed"
+                event_type = EventType.RECONCILED
+            elif answer.state == "absent" or step.enforced_by == EnforcedBy.TOOL:
+                # absent: it never ran; the tool's own key makes a re-execution safe anyway
+                step_move(step, StepState.INTERRUPTED)
+                event_type = EventType.STEP_INTERRUPTED
+            else:
+                step_move(step, StepState.UNKNOWN)
+                event_type = EventType.STEP_UNKNOWN
+                payload["why"] = (
+                    "the tool cannot tell whether it ran (enforced_by: nobody) "
+                    "and its lookup gave no answer"
+                )
         elif step.effect == Effect.READ or step.enforced_by == EnforcedBy.TOOL:
             step_move(step, StepState.INTERRUPTED)
             event_type = EventType.STEP_INTERRUPTED

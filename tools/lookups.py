@@ -7,8 +7,10 @@ declare a lookup in `LEDGER_TOOL_LOOKUPS`, a mapping of tool name to either
 - an `http(s)://` URL template with `{key}`, answering JSON `{"state": "completed" | "absent"}`.
 
 A lookup that takes longer than 2 s, errors, or answers anything else is "no answer": the item
-stays for a person. A definite answer settles an unknown step (review.services), recorded as
-evidence in the step's resolution and the audit log.
+stays for a person. Two callers ask it: recovery (runs.services, for a write step that would
+otherwise go to review or be sent again), which records the answer in the run's chain, and the
+review item page (review.services) for a step already in review, which records it in the step's
+resolution and the audit log. A definite answer settles the step either way.
 """
 
 import logging
@@ -30,6 +32,10 @@ class LookupAnswer:
     state: str  # completed | absent | no_answer
     source: str  # the callable or URL asked
     detail: str = ""
+
+    def evidence(self) -> dict[str, str]:
+        """The answer as the journal records it (an event's payload)."""
+        return {"source": self.source, "answer": self.state, "detail": self.detail}
 
 
 def lookup_for(tool: str) -> str | None:

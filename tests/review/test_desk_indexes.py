@@ -1,0 +1,53 @@
+"""The review desk's reads of waiting steps go through their index: they run on every dashboard page (the nav
+badge) and on the queue, and at a million steps a scan of runs_step costs most of a second.
+
+Each test asks PostgreSQL for the plan of the exact query the page runs, with sequential scans
+priced out (a small test table would otherwise rightly be scanned), and checks which index it
+names.
+"""
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.models import QuerySet
+
+from review import selectors
+from runs.models import Step
+
+pytestmark = pytest.mark.django_db
+
+
+def _plan(queryset: QuerySet[Any], *, count: bool = False) -> str:
+    sql, params = queryset.query.sql_with_params()
+    if count:
+        sql = f"SELECT count(*) FROM ({sql}) AS counted"  # noqa: S608 (Django-compiled SQL)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {sql}", params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_the_queue_reads_the_oldest_waiting_steps_along_one_index() -> None:
+    queue = Step.objects.filter(state__in=selectors.DESK_STATES).order_by("intent_at", "pk")[:50]
+    assert "step_desk_idx" in _plan(queue)
+
+
+def test_the_nav_badge_counts_waiting_steps_along_one_index() -> None:
+    plan = _plan(Step.objects.filter(state__in=selectors.DESK_STATES).values("pk"), count=True)
+    assert "step_desk_idx" in plan
+
+
+def test_similar_past_decisions_read_the_tool_s_latest_decisions_along_an_index(
+    unknown_step: Any,
+) -> None:
+    from review.evidence import similar_decisions
+
+    step = unknown_step.step
+    decided = (
+        Step.objects.filter(name=step.name, resolution_action__isnull=False)
+        .exclude(pk=step.pk)
+        .order_by("-resolution_at")[:5]
+    )
+    assert similar_decisions(step) == list(decided)  # the query this plan is of
+    assert "step_decided_by_tool_idx" in _plan(decided)

@@ -1,0 +1,121 @@
+"""Recovery asks a tool's own lookup (LEDGER_TOOL_LOOKUPS) before it sends a write to review.
+
+A tool that can say whether a key took effect settles the step during recovery, and the answer
+is kept in the run's chain as evidence: completed → done (not sent again), absent →
+interrupted (sent once, with the same key). A lookup that is late (2 s) or fails is "no
+answer": recorded, and the step stays in review for a person.
+"""
+
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from runs.models import Event, Run, Step
+from runs.tasks import reap_expired_leases as reaper_task
+from tests.review import lookup_fixtures
+from tests.runs.journal_client import JournalClient
+
+pytestmark = pytest.mark.django_db
+
+
+def _run_killed_while_sending(api: APIClient, *, name: str, enforced_by: str) -> tuple[str, str]:
+    """A run whose worker wrote the intent of one email and died before its outcome."""
+    journal = JournalClient(api)
+    run_id = journal.create()["id"]
+    epoch = journal.lease(run_id, worker="w-7").json()["epoch"]
+    response = journal.intent(
+        run_id, epoch, 0, name=name, effect="write", enforced_by=enforced_by, kind="tool"
+    )
+    assert response.status_code == 201, response.content
+    return run_id, response.json()["idempotency_key"]
+
+
+def _lookups(settings: Any, fixture: str) -> None:
+    settings.LEDGER_TOOL_LOOKUPS = {
+        "email.send": f"tests.review.lookup_fixtures.{fixture}",
+        "tickets.create": f"tests.review.lookup_fixtures.{fixture}",
+    }
+
+
+def _recover(api: APIClient, run_id: str, fake_clock: Any, by: str) -> None:
+    fake_clock.advance(seconds=31)
+    if by == "reaper":
+        assert reaper_task() == 1
+    else:
+        JournalClient(api).lease(run_id, worker="w-9")
+
+
+@pytest.fixture(autouse=True)
+def _no_keys_sent() -> Any:
+    lookup_fixtures.SENT_KEYS.clear()
+    yield
+    lookup_fixtures.SENT_KEYS.clear()
+
+
+@pytest.mark.parametrize("by", ["reaper", "new lease"])
+@pytest.mark.parametrize(
+    ("name", "enforced_by"), [("email.send", "nobody"), ("tickets.create", "tool")]
+)
+def test_a_lookup_that_saw_the_key_settles_the_step_as_done_at_recovery(
+    api: APIClient, fake_clock: Any, settings: Any, by: str, name: str, enforced_by: str
+) -> None:
+    _lookups(settings, "provider_lookup")
+    run_id, key = _run_killed_while_sending(api, name=name, enforced_by=enforced_by)
+    lookup_fixtures.SENT_KEYS.add(key)
+
+    _recover(api, run_id, fake_clock, by)
+
+    step = Step.objects.get(run_id=run_id, index=0)
+    assert step.state == "done"
+    assert step.result == {"settled_by_lookup": "completed"}
+    reconciled = Event.objects.get(run_id=run_id, type="reconciled")
+    assert reconciled.payload["lookup"] == {
+        "source": "tests.review.lookup_fixtures.provider_lookup",
+        "answer": "completed",
+        "detail": "",
+    }
+    assert Run.objects.get(pk=run_id).status != "needs_review"
+
+
+@pytest.mark.parametrize("by", ["reaper", "new lease"])
+def test_a_lookup_that_never_saw_the_key_lets_the_step_run_again_with_its_key(
+    api: APIClient, fake_clock: Any, settings: Any, by: str
+) -> None:
+    _lookups(settings, "provider_lookup")
+    run_id, _key = _run_killed_while_sending(api, name="email.send", enforced_by="nobody")
+
+    _recover(api, run_id, fake_clock, by)
+
+    assert Step.objects.get(run_id=run_id, index=0).state == "interrupted"
+    interrupted = Event.objects.get(run_id=run_id, type="step_interrupted")
+    assert interrupted.payload["lookup"]["answer"] == "absent"
+    assert Run.objects.get(pk=run_id).status != "needs_review"
+
+
+@pytest.mark.parametrize("fixture", ["slow_lookup", "broken_lookup"])
+def test_a_late_or_failing_lookup_is_recorded_as_no_answer_and_the_step_stays_in_review(
+    api: APIClient, fake_clock: Any, settings: Any, fixture: str
+) -> None:
+    _lookups(settings, fixture)
+    run_id, _key = _run_killed_while_sending(api, name="email.send", enforced_by="nobody")
+
+    _recover(api, run_id, fake_clock, "reaper")
+
+    assert Step.objects.get(run_id=run_id, index=0).state == "unknown"
+    unknown = Event.objects.get(run_id=run_id, type="step_unknown")
+    assert unknown.payload["lookup"]["answer"] == "no_answer"
+    assert unknown.payload["lookup"]["detail"]
+    assert Run.objects.get(pk=run_id).status == "needs_review"
+
+
+def test_a_tool_without_a_lookup_is_recovered_as_before(
+    api: APIClient, fake_clock: Any, settings: Any
+) -> None:
+    settings.LEDGER_TOOL_LOOKUPS = {}
+    run_id, _key = _run_killed_while_sending(api, name="email.send", enforced_by="nobody")
+
+    _recover(api, run_id, fake_clock, "reaper")
+
+    assert Step.objects.get(run_id=run_id, index=0).state == "unknown"
+    assert "lookup" not in Event.objects.get(run_id=run_id, type="step_unknown").payload
