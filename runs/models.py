@@ -180,7 +180,8 @@ class Run(models.Model):
             # updated_at only was passed over for a bitmap scan of every run in review)
             models.Index(
                 fields=["updated_at", "id"],
-                condition=Q(status=RunStatus.NEEDS_REVIEW) & ~Q(status_reason=StatusReason.UNKNOWN_STEP),
+                condition=Q(status=RunStatus.NEEDS_REVIEW)
+                & ~Q(status_reason=StatusReason.UNKNOWN_STEP),
                 name="run_review_not_unknown_idx",
             ),
             models.Index(fields=["-created_at"], name="run_created_idx"),
