@@ -143,7 +143,7 @@ DECLARE
     stopped text;
     rule runs_approvalrule;
 BEGIN
-    SELECT * INTO locked FROM ledger_run_locked(p_run, p_epoch, true);
+    locked := ledger_run_locked(p_run, p_epoch, true);
     IF locked.code IS NOT NULL THEN
         a.code := locked.code; a.details := locked.details; RETURN a;
     END IF;
@@ -279,7 +279,7 @@ DECLARE
     stopped text;
     was_running boolean;
 BEGIN
-    SELECT * INTO locked FROM ledger_run_locked(p_run, p_epoch, false);
+    locked := ledger_run_locked(p_run, p_epoch, false);
     IF locked.code IS NOT NULL THEN
         a.code := locked.code; a.details := locked.details; RETURN a;
     END IF;
@@ -336,7 +336,7 @@ DECLARE
     locked record;
     r runs_run;
 BEGIN
-    SELECT * INTO locked FROM ledger_run_locked(p_run, p_epoch, false);
+    locked := ledger_run_locked(p_run, p_epoch, false);
     IF locked.code IS NOT NULL THEN
         code := locked.code; details := locked.details; RETURN;
     END IF;
@@ -365,7 +365,7 @@ DECLARE
     lease_live boolean;
     expires_at timestamptz;
 BEGIN
-    SELECT * INTO locked FROM ledger_run_locked(p_run, NULL, true);
+    locked := ledger_run_locked(p_run, NULL, true);
     IF locked.code IS NOT NULL THEN
         code := locked.code; details := locked.details; RETURN;
     END IF;
