@@ -102,8 +102,13 @@ if not DATABASE_URL.startswith(("postgres://", "postgresql://")):
     raise ImproperlyConfigured(
         "DATABASE_URL must be a postgres:// URL: PostgreSQL is the only database."
     )
+# How long a process keeps a database connection between requests (seconds; 0 closes it after
+# each request, as the test suite's servers do so that many of them fit in a shared server)
+DATABASE_CONN_MAX_AGE = int(os.environ.get("DATABASE_CONN_MAX_AGE", "600"))
 DATABASES = {
-    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=600, conn_health_checks=True)
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=DATABASE_CONN_MAX_AGE, conn_health_checks=True
+    )
 }
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME", "test_agentledger")}
 # Behind PgBouncer in transaction pooling mode (DATABASE_POOLER=pgbouncer) a client's statements
@@ -124,7 +129,7 @@ DATABASE_LISTEN_URL = os.environ.get("DATABASE_LISTEN_URL", "")
 DATABASE_REPLICA_URL = os.environ.get("DATABASE_REPLICA_URL", "")
 if DATABASE_REPLICA_URL:
     DATABASES["replica"] = dj_database_url.parse(
-        DATABASE_REPLICA_URL, conn_max_age=600, conn_health_checks=True
+        DATABASE_REPLICA_URL, conn_max_age=DATABASE_CONN_MAX_AGE, conn_health_checks=True
     )
     DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
     if DATABASE_POOLER == "pgbouncer":

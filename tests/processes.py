@@ -206,6 +206,9 @@ def server_env(
     variables whose names start with one of `without` are left out; `quiet` logs warnings only."""
     env = {k: v for k, v in os.environ.items() if not (without and k.startswith(without))}
     env.update({"DATABASE_URL": test_database_url(), "CELERY_BROKER_URL": redis_url()})
+    # a connection per request, not one kept per thread: the suite's servers and workers (a dozen
+    # gunicorn threads each) then fit beside other users of the PostgreSQL server
+    env.setdefault("DATABASE_CONN_MAX_AGE", "0")
     if quiet:
         env["LOG_LEVEL"] = "WARNING"
     env.update(extra or {})

@@ -147,6 +147,7 @@ def _dashboard_urls(run_id: str) -> list[str]:
         "token_id": "1",
         "rule_id": "1",
         "alert_id": "1",
+        "tool_id": "1",
     }
     urls = []
 

@@ -94,7 +94,7 @@ def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double
                         env={"AGENT_LEASE_TTL": LEASE_TTL},
                     )[0]
                 )
-            victim_worker = f"celery:chaos-w1-{tag}@"
+            victim_worker = f"celery:chaos-w1-{tag}-"  # the node name: <name>-<suffix>@<host>
             run_ids = []
             for i, customer in enumerate(customers):
                 run, _ = agent_run_start(
