@@ -192,3 +192,10 @@ def celery_on_own_redis() -> Iterator[None]:
 
     with celery_app_on(redis_url()):
         yield
+
+
+# every agent process the tests start (and the agent in this process) gets the harness's crash
+# points and recovery timing through the agent's step hooks; they fire only when armed
+# (AGENT_CRASH_* / AGENT_STOP_BEFORE_STEP in that process's environment)
+os.environ.setdefault("AGENT_HOOKS", "tests.agent_hooks")
+
