@@ -10,6 +10,7 @@ a worker process imports only this, the SDK and httpx.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -31,11 +32,10 @@ from agentledger import (
     StaleLease,
     StepInfo,
 )
-from agents import crash
+from agents import hooks
 from agents.llm import Model, model_from_name
 
 AGENT = "support"
-IMPORTED_AT = time.time()  # for the recovery figures: interpreter start + imports end here
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 # a tiny inbox so `--ticket T-1001` works in the demo without typing a whole ticket
@@ -86,7 +86,6 @@ def send_email_smtp(*, to: str, subject: str, body: str, ticket_id: Any = None) 
     port = int(os.environ.get("EMAIL_PORT", "25"))
     with smtplib.SMTP(host, port, timeout=10) as smtp:
         smtp.send_message(message)
-    crash.inside("email.send")
     return {"email": {"id": None, "message_id": None, "via": "smtp"}}
 
 
@@ -97,21 +96,27 @@ class SupportAgent:
     run: Run
     model: Model
     email_enforced_by: str = "ledger"
-    first_executed: tuple[int, float] | None = None
     steps: list[str] = field(default_factory=list)
 
-    def _before(self) -> None:
+    def _before(self, name: str) -> None:
+        hooks.on_step(self.run.next_index, name, "before")
+
+    def _inside(self, name: str, fn: Any) -> Any:
+        """`fn` with the "inside" hook called after its effect, before its outcome is journalled."""
         index = self.run.next_index
-        recorded = self.run.journal.get(index)
-        if self.first_executed is None and (
-            recorded is None or recorded["state"] not in ("done", "error")
-        ):
-            self.first_executed = (index, time.time())
-        crash.before_step(index)
+
+        @functools.wraps(fn)  # the same signature, so the SDK passes the key only if fn takes it
+        def then_hook(**args: Any) -> Any:
+            result = fn(**args)
+            hooks.on_step(index, name, "inside")
+            return result
+
+        return then_hook
 
     def think(self, task: str, prompt: str, context: list[str] | None = None) -> str:
         """A model step: the reply's text (journalled; replayed without spending tokens)."""
-        self._before()
+        step = f"model.{task.split(':', 1)[0].strip().lower().replace(' ', '_')}"
+        self._before(step)
         messages = [{"role": "system", "content": task}]
         messages += [{"role": "assistant", "content": c} for c in (context or [])]
         messages.append({"role": "user", "content": prompt})
@@ -119,29 +124,29 @@ class SupportAgent:
         result = self.run.model(
             lambda messages, model_name: model.complete(messages).as_result(model_name),
             messages,
-            name=f"model.{task.split(':', 1)[0].strip().lower().replace(' ', '_')}",
+            name=step,
             model_name=model.name,
         )
         return str(result["content"])
 
     def read(self, name: str, arguments: dict[str, Any]) -> Any:
-        self._before()
+        self._before(name)
         return self.run.tool(name, arguments, effect="read")
 
     def write(self, name: str, arguments: dict[str, Any]) -> Any:
-        self._before()
+        self._before(name)
         if name == "email.send" and self.email_enforced_by == "nobody":
-            return self.run.tool(name, arguments, enforced_by="nobody", fn=send_email_smtp)
-        if os.environ.get("AGENT_CRASH_INSIDE", "").strip() == name:
+            fn = self._inside(name, send_email_smtp)
+            return self.run.tool(name, arguments, enforced_by="nobody", fn=fn)
+        if hooks.active():
             run = self.run
 
-            def gateway_then_crash(idempotency_key: str, **args: Any) -> Any:
-                result = run.gateway(name, args, idempotency_key=idempotency_key)
-                crash.inside(name)
-                return result
+            def gateway(idempotency_key: str, **args: Any) -> Any:
+                return run.gateway(name, args, idempotency_key=idempotency_key)
 
             # still the gateway with the step's key, so the ledger enforces it
-            return self.run.tool(name, arguments, enforced_by="ledger", fn=gateway_then_crash)
+            fn = self._inside(name, gateway)
+            return self.run.tool(name, arguments, enforced_by="ledger", fn=fn)
         return self.run.tool(name, arguments)
 
     def resolve(self) -> dict[str, Any]:
@@ -205,16 +210,14 @@ class Outcome:
     replayed: int = 0
     executed: int = 0
     recovered: bool = False
-    first_executed_step: int | None = None
-    first_executed_at: float | None = None
-    enter_seconds: float | None = None
     lease_seconds: float | None = None
-    imported_at: float = IMPORTED_AT
     error: str | None = None
     output: Any = None
+    hooks: dict[str, Any] = field(default_factory=dict)  # what the step hooks report
 
     def as_json(self) -> str:
-        return json.dumps(self.__dict__, default=str)
+        fields = {k: v for k, v in self.__dict__.items() if k != "hooks"}
+        return json.dumps({**fields, **self.hooks}, default=str)
 
 
 def run_support(
@@ -244,57 +247,44 @@ def run_support(
                 on_step=_after_step,
             )
         )
-        agent: SupportAgent | None = None
-        started = time.perf_counter()
         try:
             with context as run:
-                enter_seconds = time.perf_counter() - started
                 agent = SupportAgent(run=run, model=model, email_enforced_by=email_enforced_by)
                 run.output = agent.resolve()
-            return _outcome(context, agent, "completed", enter_seconds=enter_seconds)
+            return _outcome(context, "completed")
         except LeaseHeld as held:
             if time.monotonic() >= deadline:
-                return _outcome(context, agent, "lease_held", error=str(held))
+                return _outcome(context, "lease_held", error=str(held))
             time.sleep(min(1.0, max(0.1, deadline - time.monotonic())))
         except NeedsReview as stop:
-            return _outcome(context, agent, "needs_review", error=str(stop))
+            return _outcome(context, "needs_review", error=str(stop))
         except BudgetExceeded as stop:
-            return _outcome(context, agent, "budget_exceeded", error=str(stop))
+            return _outcome(context, "budget_exceeded", error=str(stop))
         except StaleLease as stop:
-            return _outcome(context, agent, "stale_lease", error=str(stop))
+            return _outcome(context, "stale_lease", error=str(stop))
         except RunFinished as stop:
-            return _outcome(context, agent, "run_finished", error=str(stop))
+            return _outcome(context, "run_finished", error=str(stop))
         except (NondeterminismError, LedgerUnavailable):
             raise  # nothing was written: recovery (or the caller's retry) decides
         except Exception as exc:  # the run context recorded the failure
-            return _outcome(context, agent, "failed", error=f"{type(exc).__name__}: {exc}")
+            return _outcome(context, "failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def _after_step(run: Run, info: StepInfo) -> None:
-    crash.after_step(info.index, replayed=info.replayed)
+    hooks.on_step(info.index, info.name, "replayed" if info.replayed else "after")
 
 
-def _outcome(
-    run: Run,
-    agent: SupportAgent | None,
-    status: str,
-    *,
-    error: str | None = None,
-    enter_seconds: float | None = None,
-) -> Outcome:
-    first = agent.first_executed if agent else None
+def _outcome(run: Run, status: str, *, error: str | None = None) -> Outcome:
     return Outcome(
         run_id=run.id,
         status=status,
         replayed=run.replayed,
         executed=run.executed,
         recovered=run.recovered,
-        first_executed_step=first[0] if first else None,
-        first_executed_at=first[1] if first else None,
-        enter_seconds=enter_seconds,
         lease_seconds=run.lease_seconds or None,
         error=error,
         output=run.output if status == "completed" else None,
+        hooks=hooks.report(),
     )
 
 

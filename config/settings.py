@@ -322,14 +322,6 @@ EMAIL_PORT = env_int("EMAIL_PORT", 25)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "support@agentledger.local")
 
-# Budgets used when neither the agent nor the default BudgetPolicy exists.
-LEDGER_FALLBACK_LIMITS = {
-    "max_steps": 50,
-    "max_tokens": 200_000,
-    "max_wall_seconds": 3600,
-    "max_cost_usd": None,
-    "max_recoveries": 5,
-}
 # Where the journal asks the tool side what it knows about an idempotency key (recovery rules).
 # Tools that can say whether a key took effect (tools.lookups): {"tool name": "dotted.path" or
 # "https://…/{key}"}; the review desk asks them about unknown steps (2 s, then "no answer").

@@ -37,6 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".demo"
 RUN_TIMEOUT_SECONDS = 240.0
 EVICT_AFTER_STEP = 12
+# the story's pods get their crash points and recovery timing through the agent's step hooks
+# (agents/hooks.py); the agent itself has none
+CRASH_HOOKS = {"AGENT_HOOKS": "tests.agent_hooks"}
 POD_LEASE_TTL = 15
 
 # A pasted log: the customer's ticket is long enough that answering it would cost more tokens
@@ -225,6 +228,7 @@ def play_evicted(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
     name (as an orchestrator restarts a pod): it replays 0-12 from the journal and goes on."""
     tid = ticket_id(story.round_no, ticket)
     argv = pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by="ledger")
+    env = {**env, **CRASH_HOOKS}
     crash_env = {**env, "AGENT_CRASH_AFTER_STEP": str(EVICT_AFTER_STEP)}
     first = pod_run(name=f"pod-{tid}-1", argv=argv, env=crash_env, timeout=120)
     story.pods["evicted-1"] = first
@@ -245,6 +249,7 @@ def play_maybe_sent(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
     the step's intent without an outcome: unknown, so the run goes to the review queue."""
     tid = ticket_id(story.round_no, ticket)
     argv = pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by="nobody")
+    env = {**env, **CRASH_HOOKS}
     crash_env = {**env, "AGENT_CRASH_INSIDE": "email.send"}
     first = pod_run(name=f"pod-{tid}-1", argv=argv, env=crash_env, timeout=120)
     story.pods["maybe-sent-1"] = first
@@ -345,7 +350,7 @@ def summarise(story: Story, tickets: list[Ticket], started: float) -> dict[str, 
             "process_start_to_step_seconds": round(step_at - second.started_at, 3),
             "kill_to_step_seconds": round(step_at - first.ended_at, 3),
             "lease_and_journal_seconds": second.outcome.get("lease_seconds"),
-            "attach_seconds": second.outcome.get("enter_seconds"),
+            "attach_seconds": second.outcome.get("attach_seconds"),
             "imports_seconds": (
                 round(float(second.outcome["imported_at"]) - second.started_at, 3)
                 if second.outcome.get("imported_at")

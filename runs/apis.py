@@ -216,6 +216,7 @@ class RunCreateApi(APIView):
             200: RunOutputSerializer,
             **_errors("validation_error", http=400, also=(401, 413)),
             **_errors("agent_not_allowed: the token is limited to other agents", http=403),
+            **_errors("no_budget_policy: neither the agent's nor the default policy exists"),
         },
     )
     def post(self, request: Request) -> Response:

@@ -53,13 +53,23 @@ logger = logging.getLogger(__name__)
 # --- budgets --------------------------------------------------------------------------------
 
 
-def budget_policy_for(agent: str) -> BudgetPolicy | None:
+def budget_policy_for(agent: str) -> BudgetPolicy:
+    """The agent's own policy, else the default one (seeded by its migration,
+    runs/default_policy.py); neither is a refusal, never limits from elsewhere."""
     policies = {
         (p.agent, p.is_default): p
         for p in BudgetPolicy.objects.filter(agent=agent)
         | BudgetPolicy.objects.filter(is_default=True)
     }
-    return policies.get((agent, False)) or policies.get((None, True))
+    policy = policies.get((agent, False)) or policies.get((None, True))
+    if policy is None:
+        raise ApplicationError(
+            "no_budget_policy",
+            f"Agent {agent!r} has no budget policy and there is no default policy; "
+            "an admin must create one before runs can start.",
+            details={"agent": agent},
+        )
+    return policy
 
 
 def budget_of(run: Run) -> dict[str, Any]:
@@ -150,17 +160,13 @@ def run_create(
         if existing is not None:
             return existing, False
     policy = budget_policy_for(agent)
-    limits: dict[str, Any] = (
-        {
-            "max_steps": policy.max_steps,
-            "max_tokens": policy.max_tokens,
-            "max_wall_seconds": policy.max_wall_seconds,
-            "max_cost_usd": policy.max_cost_usd,
-            "max_recoveries": policy.max_recoveries,
-        }
-        if policy
-        else settings.LEDGER_FALLBACK_LIMITS
-    )
+    limits: dict[str, Any] = {
+        "max_steps": policy.max_steps,
+        "max_tokens": policy.max_tokens,
+        "max_wall_seconds": policy.max_wall_seconds,
+        "max_cost_usd": policy.max_cost_usd,
+        "max_recoveries": policy.max_recoveries,
+    }
     now = clock.now()
     try:
         with transaction.atomic():

@@ -6,9 +6,12 @@ from contextlib import suppress
 from typing import Any
 
 import pytest
+from django.apps import apps as django_apps
 from django.db import connection
+from django.db.models.signals import post_migrate
 from rest_framework.test import APIClient
 
+from runs.default_policy import seed_default_policy
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
 from tests.processes import (  # noqa: F401  (names other test modules import from here)
@@ -192,3 +195,20 @@ def celery_on_own_redis() -> Iterator[None]:
 
     with celery_app_on(redis_url()):
         yield
+
+
+# every agent process the tests start (and the agent in this process) gets the harness's crash
+# points and recovery timing through the agent's step hooks; they fire only when armed
+# (AGENT_CRASH_* / AGENT_STOP_BEFORE_STEP in that process's environment)
+os.environ.setdefault("AGENT_HOOKS", "tests.agent_hooks")
+
+
+def _reseed_default_policy(sender: Any, **kwargs: Any) -> None:
+    """A `transactional_db` test ends with a flush of every table, which takes the rows data
+    migrations seeded with it; Django sends post_migrate after the flush, and this puts the
+    default budget policy back with the migration's own seeding function (one source)."""
+    if sender.label == "runs":
+        seed_default_policy(django_apps.get_model("runs", "BudgetPolicy"))
+
+
+post_migrate.connect(_reseed_default_policy, dispatch_uid="tests.reseed_default_policy")

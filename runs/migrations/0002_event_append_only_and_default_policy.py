@@ -2,6 +2,8 @@
 
 from django.db import migrations
 
+from runs.default_policy import seed_default_policy
+
 APPEND_ONLY = """
 CREATE OR REPLACE FUNCTION runs_event_append_only() RETURNS trigger AS $$
 BEGIN
@@ -25,17 +27,7 @@ DROP FUNCTION IF EXISTS runs_event_append_only();
 
 
 def create_default_policy(apps, schema_editor):
-    BudgetPolicy = apps.get_model("runs", "BudgetPolicy")
-    if not BudgetPolicy.objects.filter(is_default=True).exists():
-        BudgetPolicy.objects.create(
-            name="default",
-            is_default=True,
-            max_steps=50,
-            max_tokens=200_000,
-            max_wall_seconds=3600,
-            max_cost_usd=None,
-            max_recoveries=5,
-        )
+    seed_default_policy(apps.get_model("runs", "BudgetPolicy"))
 
 
 class Migration(migrations.Migration):

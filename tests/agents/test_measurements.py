@@ -35,7 +35,7 @@ def test_measure_story_recovery_time(desk: AgentDesk) -> None:
         resumed = desk.run(ticket, customer)
         assert resumed.summary["first_executed_step"] == 13
         recovery.append(resumed.summary["first_executed_at"] - resumed.started_at)
-        enter.append(resumed.summary["enter_seconds"])
+        enter.append(resumed.summary["attach_seconds"])
         lease.append(resumed.summary["lease_seconds"])
         imports.append(resumed.summary["imported_at"] - resumed.started_at)
     print(

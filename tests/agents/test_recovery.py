@@ -58,7 +58,7 @@ def test_worker_killed_after_step_12_resumes_and_sends_one_email(desk: AgentDesk
     recovery = summary["first_executed_at"] - resumed.started_at
     print(
         f"\nrecovery: new process start -> step 13 executing {recovery * 1000:.0f} ms; "
-        f"attach+lease+journal {summary['enter_seconds'] * 1000:.1f} ms, "
+        f"attach+lease+journal {summary['attach_seconds'] * 1000:.1f} ms, "
         f"the lease+journal call alone {summary['lease_seconds'] * 1000:.1f} ms"
     )
 
