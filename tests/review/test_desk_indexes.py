@@ -54,7 +54,9 @@ def test_the_queue_reads_the_oldest_waiting_steps_along_one_index() -> None:
 
 
 def test_the_nav_badge_counts_waiting_steps_along_one_index() -> None:
-    plan = _plan(Step.objects.filter(state__in=selectors.DESK_STATES).values("pk"), count=True)
+    # .count() drops the default ordering, as here
+    waiting = Step.objects.filter(state__in=selectors.DESK_STATES).order_by().values("pk")
+    plan = _plan(waiting, count=True)
     assert _uses(plan, "step_desk_idx")
 
 
