@@ -155,6 +155,9 @@ def _run(
 ) -> None:
     run_id = str(uuid.uuid4())
     agent = AGENTS[i % len(AGENTS)]
+    # steps and events live in their run's month partition (runs.models.journal_month_now)
+    month = created_at.astimezone(UTC).date().replace(day=1).isoformat()
+    first_step, first_event = len(steps_out), len(events_out)
     chain = _Chain(run_id, events_out)
     worker = f"worker-{i % 17}"
     actor = f"worker:{worker}"
@@ -307,8 +310,11 @@ def _run(
             "updated_at": finished.isoformat(),
             "finished_at": finished.isoformat() if final else N,
             "policy_id": N,
+            "journal_month": month,
         }
     )
+    for row in steps_out[first_step:] + events_out[first_event:]:
+        row["journal_month"] = month
 
 
 def _status(i: int, unknown_every: int) -> str:
