@@ -337,9 +337,10 @@ def generate(
     made_unknown = 0
     counts = {"runs": 0, "steps": 0, "events": 0}
     layouts = [
-        _layout("runs.Run", set(RUN_KEYS)),
-        _layout("runs.Step", set(STEP_KEYS)),
-        _layout("runs.Event", set(EVENT_KEYS)),
+        # each row also carries its run's journal_month (the partition key), set in _run
+        _layout("runs.Run", set(RUN_KEYS) | {"journal_month"}),
+        _layout("runs.Step", set(STEP_KEYS) | {"journal_month"}),
+        _layout("runs.Event", set(EVENT_KEYS) | {"journal_month"}),
     ]
     with psycopg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=BENCH_DB) as conn:
         # consistency is by construction here: skip the per-row FK trigger checks (superuser
