@@ -302,13 +302,10 @@ def gunicorn_server(
     log_name: str = "gunicorn",
 ) -> Iterator[str]:
     """A real gunicorn against the test database for the block; yields its base URL."""
-    url, proc = start_gunicorn(
+    with gunicorn_process(
         port=port, env=env, workers=workers, threads=threads, timeout=timeout, log_name=log_name
-    )
-    try:
+    ) as (url, _proc):
         yield url
-    finally:
-        stop_process(proc)
 
 
 def start_celery_worker(
