@@ -232,16 +232,18 @@ def _stacked_chart(by_day: dict[date, dict[str, int]], series: list[str]) -> dic
             y -= h
             bars.append(
                 {
-                    "x": round(PAD_L + i * slot + slot * 0.15, 1),
-                    "y": round(y, 1),
-                    "w": round(slot * 0.7, 1),
-                    "h": round(h, 1),
+                    # numbers as text: the template would localize each float (most of the
+                    # page's rendering time at 30 days)
+                    "x": f"{PAD_L + i * slot + slot * 0.15:.1f}",
+                    "y": f"{y:.1f}",
+                    "w": f"{slot * 0.7:.1f}",
+                    "h": f"{h:.1f}",
                     "series": name,
                     "title": f"{d:%Y-%m-%d} {name}: {value}",
                 }
             )
     labels = [
-        {"x": round(PAD_L + i * slot + slot / 2, 1), "text": f"{d:%m-%d}"}
+        {"x": f"{PAD_L + i * slot + slot / 2:.1f}", "text": f"{d:%m-%d}"}
         for i, d in enumerate(days)
         if len(days) <= 14 or i % 2 == 0
     ]
