@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psycopg
 
 from bench.common import BENCH_DB, PG_HOST, PG_PORT, PG_USER, ROOT, WORK, pg_url
-from tests.processes import free_port, redis_url, wait_for_http  # one source for processes
+from tests import processes  # one source for processes
+from tests.processes import free_port, redis_url, wait_for_http
 
 _STARTED: list[subprocess.Popen[bytes]] = []
 _TREE: Path | None = None
@@ -149,39 +149,22 @@ def worker_token(*options: str) -> str:
 
 
 def spawn(args: list[str], *, log_name: str, env: dict[str, str] | None = None) -> Any:
-    """Start a process in its own process group, logging to bench/.work/<log_name>.log."""
-    WORK.mkdir(parents=True, exist_ok=True)
-    log: IO[bytes] = open(WORK / f"{log_name}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
+    """Start a process from the served tree in its own process group, logging to
+    bench/.work/<log_name>.log; registered for stop_all()."""
+    proc = processes.spawn(
         args,
-        cwd=tree(),
+        log_name=log_name,
         env=env or project_env(),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+        own_group=True,
+        log_path=WORK / f"{log_name}.log",
+        cwd=tree(),
     )
-    proc.log = log  # type: ignore[attr-defined]
     _STARTED.append(proc)
     return proc
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
-    if proc.poll() is None:
-        with suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=timeout)
-    else:
-        # the leader is gone; children of its group may not be
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    log = getattr(proc, "log", None)
-    if log is not None:
-        log.close()
+    processes.stop_process(proc, timeout)
     if proc in _STARTED:
         _STARTED.remove(proc)
 
@@ -196,23 +179,14 @@ def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: fl
 
 
 def gunicorn_args(port: int, workers: int, threads: int) -> list[str]:
-    args = [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "config.wsgi",
-        "-b",
-        f"127.0.0.1:{port}",
-        "-w",
-        str(workers),
+    access_log = "-" if os.environ.get("BENCH_ACCESS_LOG") else "/dev/null"
+    return [
+        *processes.gunicorn_args(port, workers=workers, threads=threads),
         "--access-logfile",
-        "-" if os.environ.get("BENCH_ACCESS_LOG") else "/dev/null",
+        access_log,
         "--log-level",
         "warning",
     ]
-    if threads > 1:
-        args += ["--threads", str(threads), "--worker-class", "gthread"]
-    return args
 
 
 @contextmanager

@@ -179,15 +179,17 @@ def spawn(
     own_group: bool = False,
     append: bool = False,
     log_path: Path | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start `args` in the project's root, output to a log file (`.pytest_cache/<log_name>.log`
-    unless `log_path`); `own_group` gives it a session of its own, as a pod or a terminal's job."""
-    LOGS.mkdir(exist_ok=True)
+    """Start `args` in `cwd` (the project's root unless given), output to a log file
+    (`.pytest_cache/<log_name>.log` unless `log_path`); `own_group` gives it a session of its
+    own, as a pod or a terminal's job."""
     path = log_path or LOGS / f"{log_name}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
     log = open(path, "ab" if append else "wb")  # noqa: SIM115  (closed by stop_process)
     proc = subprocess.Popen(
         args,
-        cwd=ROOT,
+        cwd=cwd or ROOT,
         env=env if env is not None else dict(os.environ),
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -216,6 +218,7 @@ def server_env(
 
 
 def gunicorn_args(port: int, *, workers: int = 2, threads: int = 4, timeout: int = 30) -> list[str]:
+    """gunicorn serving config.wsgi on 127.0.0.1:`port` (gthread workers when threads > 1)."""
     return [
         sys.executable,
         "-m",
