@@ -174,7 +174,8 @@ def queue_steps(*, limit: int = QUEUE_PAGE) -> list[Step]:
     approval request (the two partial indexes on intent_at)."""
     return list(
         Step.objects.filter(state__in=DESK_STATES)
-        .select_related("run", "claimed_by", "approval_request")
+        .select_related("run", "claimed_by")
+        .prefetch_related("approval_requests")
         .order_by("intent_at", "pk")[:limit]
     )
 

@@ -333,6 +333,13 @@ class Step(models.Model):
             ]
         super().save(*args, **kwargs)
 
+    @property
+    def approval_request(self) -> "ApprovalRequest | None":
+        """The step's approval request, if people must approve it (at most one:
+        approval_request_once_per_step); read from `prefetch_related("approval_requests")`
+        when the caller prefetched it."""
+        return next(iter(self.approval_requests.all()), None)
+
     def claim_is_live(self, now: datetime) -> bool:
         """Someone claimed the step and the claim has not run out at `now` (the one rule)."""
         return (
@@ -424,11 +431,26 @@ class ApprovalRule(models.Model):
 
 
 class ApprovalRequest(models.Model):
-    """One step waiting for approval; bound to (run, index, arguments hash) through its step."""
+    """One step waiting for approval; bound to (run, index, arguments hash) through its step.
 
-    # no foreign key in the database: runs_step's keys carry run_id and journal_month
-    step = models.OneToOneField(
-        Step, on_delete=models.CASCADE, related_name="approval_request", db_constraint=False
+    Keyed by its run like the journal: in the database the primary key is (id, run_id),
+    (step_id, run_id, journal_month) references the step (ON DELETE CASCADE) and
+    (run_id, journal_month) the run (runs 0015). Writers copy `run_id` and `journal_month`
+    from the step. One request a step: approval_request_once_per_step."""
+
+    run = models.ForeignKey(
+        Run,
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_constraint=False,  # the composite key (run_id, journal_month), in SQL
+        db_index=False,  # approval_request_once_per_step leads with run_id
+    )
+    journal_month = models.DateField(editable=False)
+    step = models.ForeignKey(
+        Step,
+        on_delete=models.CASCADE,
+        related_name="approval_requests",
+        db_constraint=False,  # the composite key (step_id, run_id, journal_month), in SQL
     )
     rule = models.ForeignKey(ApprovalRule, null=True, blank=True, on_delete=models.SET_NULL)
     arguments_hash = models.CharField(max_length=64)
@@ -441,6 +463,9 @@ class ApprovalRequest(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step"], name="approval_request_once_per_step")
+        ]
         indexes = [
             models.Index(
                 fields=["expires_at"],
@@ -454,16 +479,33 @@ class ApprovalRequest(models.Model):
 
 
 class Approval(models.Model):
-    """One person's approval; two from the same person never count twice (four eyes)."""
+    """One person's approval; two from the same person never count twice (four eyes).
 
-    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="approvals")
+    Keyed by its run: primary key (id, run_id), (request_id, run_id) references the request
+    (ON DELETE CASCADE), run_id the run (runs 0015); `run_id` is the request's."""
+
+    run = models.ForeignKey(
+        Run,
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_constraint=False,  # in SQL, beside the composite key to the request
+        db_index=False,  # approval_once_per_person leads with run_id
+    )
+    request = models.ForeignKey(
+        ApprovalRequest,
+        on_delete=models.CASCADE,
+        related_name="approvals",
+        db_constraint=False,  # the composite key (request_id, run_id), in SQL
+    )
     by = models.CharField(max_length=150)
     note = models.TextField(blank=True, default="")
     at = models.DateTimeField()
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["request", "by"], name="approval_once_per_person")
+            models.UniqueConstraint(
+                fields=["run", "request", "by"], name="approval_once_per_person"
+            )
         ]
         ordering = ["at"]
 

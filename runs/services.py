@@ -1180,7 +1180,9 @@ def _approval_locked(run_id: UUID | str, index: int) -> tuple[Run, Step, Approva
     run = run_for_update(run_id)
     step = Step.objects.select_for_update().filter(run=run, index=index).first()
     request = (
-        ApprovalRequest.objects.select_for_update().filter(step=step).first() if step else None
+        ApprovalRequest.objects.select_for_update().filter(run=run, step=step).first()
+        if step
+        else None
     )
     if step is None or request is None:
         raise ApplicationError(
@@ -1329,7 +1331,9 @@ def step_approve(*, run_id: UUID | str, index: int, by: str, note: str = "") -> 
                 raise ApplicationError(
                     "not_found", "The step's arguments changed.", status_code=404
                 )
-            Approval.objects.create(request=request, by=by, note=note.strip(), at=now)
+            Approval.objects.create(
+                run_id=request.run_id, request=request, by=by, note=note.strip(), at=now
+            )
             count = len(given) + 1
             event_append(
                 run,
@@ -1413,7 +1417,7 @@ def step_wait_decided(*, run_id: UUID | str, index: int, wait_seconds: int) -> S
             )
         if step.state != StepState.AWAITING_APPROVAL:
             return step
-        request = ApprovalRequest.objects.filter(step=step).first()
+        request = ApprovalRequest.objects.filter(run_id=step.run_id, step=step).first()
         now = clock.now()
         if request is not None and request.expires_at is not None and request.expires_at <= now:
             with transaction.atomic():
@@ -1441,7 +1445,7 @@ def approvals_expire_due(*, limit: int = 500) -> int:
     due = list(
         ApprovalRequest.objects.filter(outcome=ApprovalOutcome.PENDING, expires_at__lte=now)
         .order_by("expires_at")
-        .values_list("step__run_id", "step__index")[:limit]
+        .values_list("run_id", "step__index")[:limit]
     )
     expired = 0
     for run_id, index in due:
