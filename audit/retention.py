@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from uuid import UUID
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 
@@ -26,6 +28,7 @@ from runs import clock
 from runs.api_errors import ApplicationError
 from runs.constants import FINAL_STATUSES
 from runs.models import ApprovalRequest, Event, Run, Step
+from runs.services import run_legal_hold
 
 PURGE_BATCH = 500
 
@@ -57,6 +60,21 @@ def retention_policy_update(*, user: Any, enabled: bool, keep_days: int) -> Rete
             details={"from": before, "to": {"enabled": enabled, "keep_days": keep_days}},
         )
     return policy
+
+
+def legal_hold_change(*, actor: AbstractBaseUser, run_id: UUID | str, on: bool, note: str) -> Run:
+    """An admin puts a run on legal hold (`on`) or lifts it: the rule and the run's event are
+    runs.services.run_legal_hold; its audit entry is written in the same transaction."""
+    with transaction.atomic():
+        run = run_legal_hold(run_id=run_id, on=on, by=actor.get_username(), note=note)
+        audit_record(
+            actor=actor,
+            action="run.legal_hold" if on else "run.legal_hold_lift",
+            target=f"run:{run.pk}",
+            note=note,
+            details={"legal_hold": on, "status": run.status, "event_seq": run.event_seq},
+        )
+    return run
 
 
 def _purgeable(cutoff: datetime) -> Any:

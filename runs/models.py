@@ -118,8 +118,12 @@ class Run(models.Model):
     # the month the run was created in: its steps and events carry it too and live in that
     # month's partition (runs/sql/0012_journal_partitioned_by_run_month.sql); never changes
     journal_month = models.DateField(default=journal_month_now, editable=False)
-    # retention never purges a run on legal hold (audit.retention), nor drops it with its month
+    # retention never purges a run on legal hold (audit.retention), nor drops it with its month;
+    # an admin sets and lifts it (runs.services.run_legal_hold), each time with an event
     legal_hold = models.BooleanField(default=False, db_default=False)
+    legal_hold_at = models.DateTimeField(null=True, blank=True)
+    legal_hold_by = models.CharField(max_length=150, blank=True, default="", db_default="")
+    legal_hold_note = models.TextField(blank=True, default="", db_default="")
 
     # a fork's first `forked_from_index` steps are copies of this run's (runs.services.run_fork)
     forked_from = models.ForeignKey(
@@ -163,6 +167,13 @@ class Run(models.Model):
                 condition=Q(lease_worker__isnull=True) | Q(lease_expires_at__isnull=False),
                 name="run_lease_has_expiry",
             ),
+            # who put it on hold, when and why, only while it is on hold (the chain keeps the
+            # history: run_legal_hold_set / run_legal_hold_lifted events)
+            models.CheckConstraint(
+                condition=Q(legal_hold=True)
+                | Q(legal_hold_at__isnull=True, legal_hold_by="", legal_hold_note=""),
+                name="run_legal_hold_details_only_on_hold",
+            ),
         ]
         indexes = [
             models.Index(
@@ -185,6 +196,10 @@ class Run(models.Model):
                 name="run_review_not_unknown_idx",
             ),
             models.Index(fields=["-created_at"], name="run_created_idx"),
+            # the runs list's "on legal hold" filter: the few held runs, newest first
+            models.Index(
+                fields=["-created_at"], condition=Q(legal_hold=True), name="run_legal_hold_idx"
+            ),
             # retention: the runs of one month (audit.retention)
             models.Index(fields=["journal_month"], name="run_journal_month_idx"),
             models.Index(fields=["agent", "-created_at"], name="run_agent_created_idx"),
