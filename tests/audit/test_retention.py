@@ -207,6 +207,13 @@ def test_a_month_with_approvals_is_dropped_and_the_kept_runs_keep_theirs(db: Any
         assert Step.objects.get(run_id=run_id, index=0).approval_request is not None
         assert run_chain_breaks(Run.objects.get(pk=run_id)) == []
 
+    # once its hold is lifted, a kept run goes row by row, its approval rows first
+    Run.objects.filter(pk=on_hold[0]).update(legal_hold=False)
+    assert retention_purge().purged == 1
+    assert list(Run.objects.values_list("pk", flat=True)) == [on_hold[1]]
+    assert set(ApprovalRequest.objects.values_list("run_id", flat=True)) == {on_hold[1]}
+    assert set(Approval.objects.values_list("run_id", flat=True)) == {on_hold[1]}
+
 
 def test_a_run_moved_aside_goes_row_by_row_once_it_may(db: Any) -> None:
     RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
