@@ -178,6 +178,9 @@ def _approvals_step_aside(cursor: Any, *, kept: list[Any], month: date) -> None:
     partition, and PostgreSQL refuses to detach a partition whose rows are still referenced
     (deferred or not). `_approvals_step_back` puts them back, rows unchanged, once the steps
     are in the keep partition."""
+    # the lock the detach takes anyway, taken first: no step of this month, so no approval
+    # request for one, can be written between the copy and the detach
+    cursor.execute("LOCK TABLE runs_step IN ACCESS EXCLUSIVE MODE")
     cursor.execute(
         "CREATE TEMP TABLE kept_approvalrequest ON COMMIT DROP AS "
         "SELECT ar.* FROM unnest(%s::uuid[]) k (id) "
