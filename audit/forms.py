@@ -35,3 +35,15 @@ class RetentionForm(forms.Form):
 
 class AcknowledgeForm(forms.Form):
     note = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class LegalHoldForm(forms.Form):
+    """Put a run on legal hold (`hold=on`) or lift it (`hold=off`); the note says why."""
+
+    hold = forms.ChoiceField(choices=[("on", "put on legal hold"), ("off", "lift the hold")])
+    note = forms.CharField(
+        max_length=4000,
+        strip=True,
+        error_messages={"required": "A note is required: say why (the matter, the request)."},
+        widget=forms.TextInput(attrs={"size": 40}),
+    )

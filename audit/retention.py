@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from uuid import UUID
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 
@@ -26,6 +28,7 @@ from runs import clock
 from runs.api_errors import ApplicationError
 from runs.constants import FINAL_STATUSES
 from runs.models import ApprovalRequest, Event, Run, Step
+from runs.services import run_legal_hold
 
 PURGE_BATCH = 500
 
@@ -57,6 +60,21 @@ def retention_policy_update(*, user: Any, enabled: bool, keep_days: int) -> Rete
             details={"from": before, "to": {"enabled": enabled, "keep_days": keep_days}},
         )
     return policy
+
+
+def legal_hold_change(*, actor: AbstractBaseUser, run_id: UUID | str, on: bool, note: str) -> Run:
+    """An admin puts a run on legal hold (`on`) or lifts it: the rule and the run's event are
+    runs.services.run_legal_hold; its audit entry is written in the same transaction."""
+    with transaction.atomic():
+        run = run_legal_hold(run_id=run_id, on=on, by=actor.get_username(), note=note)
+        audit_record(
+            actor=actor,
+            action="run.legal_hold" if on else "run.legal_hold_lift",
+            target=f"run:{run.pk}",
+            note=note,
+            details={"legal_hold": on, "status": run.status, "event_seq": run.event_seq},
+        )
+    return run
 
 
 def _purgeable(cutoff: datetime) -> Any:
@@ -154,16 +172,52 @@ def _next_month(month: date) -> date:
     return date(month.year + month.month // 12, month.month % 12 + 1, 1)
 
 
+def _approvals_step_aside(cursor: Any, *, kept: list[Any], month: date) -> None:
+    """The kept runs' approval requests of `month`, and their approvals, copied into temporary
+    tables and deleted: their foreign key to runs_step (runs 0015) points into the month's
+    partition, and PostgreSQL refuses to detach a partition whose rows are still referenced
+    (deferred or not). `_approvals_step_back` puts them back, rows unchanged, once the steps
+    are in the keep partition."""
+    # the lock the detach takes anyway, taken first: no step of this month, so no approval
+    # request for one, can be written between the copy and the detach
+    cursor.execute("LOCK TABLE runs_step IN ACCESS EXCLUSIVE MODE")
+    cursor.execute(
+        "CREATE TEMP TABLE kept_approvalrequest ON COMMIT DROP AS "
+        "SELECT ar.* FROM unnest(%s::uuid[]) k (id) "
+        "JOIN runs_approvalrequest ar ON ar.run_id = k.id AND ar.journal_month = %s",
+        [kept, month],
+    )
+    cursor.execute(
+        "CREATE TEMP TABLE kept_approval ON COMMIT DROP AS SELECT a.* FROM kept_approvalrequest k "
+        "JOIN runs_approval a ON a.run_id = k.run_id AND a.request_id = k.id"
+    )
+    # their approvals go with them (ON DELETE CASCADE)
+    cursor.execute(
+        "DELETE FROM runs_approvalrequest ar USING kept_approvalrequest k "
+        "WHERE ar.run_id = k.run_id AND ar.id = k.id"
+    )
+
+
+def _approvals_step_back(cursor: Any) -> None:
+    """The approval requests and approvals `_approvals_step_aside` took out, back as they were
+    (their steps are in the keep partition now)."""
+    cursor.execute("INSERT INTO runs_approvalrequest SELECT * FROM kept_approvalrequest")
+    cursor.execute("INSERT INTO runs_approval SELECT * FROM kept_approval")
+    cursor.execute("DROP TABLE kept_approvalrequest, kept_approval")
+
+
 def _month_drop(
     month: date, *, cutoff: datetime, checkpoint: Checkpoint, policy: RetentionPolicy, actor: Any
 ) -> tuple[int, int]:
     """Drop one month's partitions; its runs that may not go are moved aside first.
 
     One transaction: the purgeable runs of the month are locked (a run someone holds is kept);
-    their approval requests and escalations go; both partitions are detached; the rows of every
+    their approval requests and escalations go; the other runs' approval requests step aside
+    (their foreign key would refuse the detach); both partitions are detached; the rows of every
     other run of the month (in review, on legal hold, live, unsigned, finished after the cutoff)
     are copied into the keep partitions, events in chain order so the chain trigger checks them
-    again; the detached tables are dropped; the purged runs' rows go with a tombstone each 500.
+    again, and their approval requests come back; the detached tables are dropped; the purged
+    runs' rows go with a tombstone each 500.
     """
     suffix = f"y{month:%Y}m{month:%m}"
     with transaction.atomic():
@@ -181,10 +235,10 @@ def _month_drop(
             for pk in Run.objects.filter(journal_month=month).values_list("pk", flat=True)
             if pk not in gone
         ]
-        steps = Step.objects.filter(run_id__in=ids, journal_month=month)
-        ApprovalRequest.objects.filter(step__in=steps).delete()
+        ApprovalRequest.objects.filter(run_id__in=ids).delete()
         Escalation.objects.filter(run_id__in=ids).delete()
         with connection.cursor() as cursor:
+            _approvals_step_aside(cursor, kept=kept, month=month)
             for table in ("runs_step", "runs_event"):
                 cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {table}_{suffix}")
             # the kept runs' rows, found through each detached table's (run_id, ...) key;
@@ -199,6 +253,7 @@ def _month_drop(
                 f"JOIN runs_event_{suffix} e ON e.run_id = k.id ORDER BY e.run_id, e.seq",
                 [kept],
             )
+            _approvals_step_back(cursor)
             # deferred foreign key checks of rows written in this transaction run now: a table
             # with pending trigger events cannot be dropped
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")

@@ -10,6 +10,7 @@ urlpatterns: list[URLPattern] = [
     path("exports/<uuid:job_id>/", views.export_job, name="export_job"),
     path("exports/<uuid:job_id>/download", views.export_download, name="export_download"),
     path("runs/<uuid:run_id>/export", views.run_export, name="run_export"),
+    path("runs/<uuid:run_id>/legal-hold", views.run_legal_hold, name="run_legal_hold"),
     path("checkpoints/", views.checkpoints, name="checkpoints"),
     path("checkpoints/now", views.checkpoint_now, name="checkpoint_now"),
     path("alerts/<int:alert_id>/acknowledge", views.alert_ack, name="alert_ack"),

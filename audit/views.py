@@ -17,6 +17,7 @@ from django.http import (
     StreamingHttpResponse,
 )
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
@@ -28,10 +29,11 @@ from audit.exports import (
     export_job_create,
     export_stream,
 )
-from audit.forms import AcknowledgeForm, ExportForm, RetentionForm
+from audit.forms import AcknowledgeForm, ExportForm, LegalHoldForm, RetentionForm
 from audit.models import ChainAlert, Checkpoint, ExportJob, ExportStatus
 from audit.permissions import can_export, is_admin
 from audit.retention import (
+    legal_hold_change,
     retention_candidates,
     retention_policy_get,
     retention_policy_update,
@@ -39,6 +41,7 @@ from audit.retention import (
 )
 from audit.signing import public_key_text, signing_key_id, signing_public_key
 from review.audit import audit_record
+from review.views import _error_text, _form_errors, _get_run, require_perm
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.models import Run
@@ -264,6 +267,35 @@ def retention(request: HttpRequest) -> HttpResponse:
         },
         status=400 if request.method == "POST" else 200,
     )
+
+
+@require_POST
+@require_perm("manage_audit")
+def run_legal_hold(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    """An admin puts the run on legal hold or lifts it, from the run's page."""
+    run = _get_run(run_id)
+    form = LegalHoldForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _form_errors(form))
+    else:
+        on = form.cleaned_data["hold"] == "on"
+        try:
+            legal_hold_change(
+                actor=request.user,  # type: ignore[arg-type]
+                run_id=run.pk,
+                on=on,
+                note=form.cleaned_data["note"],
+            )
+        except ApplicationError as exc:
+            messages.error(request, _error_text(exc))
+        else:
+            messages.success(
+                request,
+                "The run is on legal hold: retention keeps it."
+                if on
+                else "Legal hold lifted: retention treats the run like any other.",
+            )
+    return redirect(reverse("review:run", args=[run.pk]) + "#legal-hold")
 
 
 def _recent_purges() -> list[Any]:

@@ -7,12 +7,12 @@ SQL (generate_series, no Python per row): `--runs` runs spread evenly over the l
 plus this one, `--steps` steps and `--events` events each, all completed and signed by one
 checkpoint (leaves written directly: this measures the drop, not the signing); the chain trigger
 and the foreign key checks are off while the bulk rows go in (session_replication_role), their
-hashes are placeholders. Then, with valid chains (made by
-bench.testdata.runs_bulk_create), `--held` runs in review and a tenth as many on legal hold in
-the old months. It runs the partition stage of retention (audit.retention.retention_months_drop)
-with keep_days 180, times it per month, checks that the held runs were moved aside and still
-verify and that the recent months were not touched, writes bench/RETENTION.md and drops the
-database.
+hashes are placeholders. Then, with valid chains (made by bench.testdata.runs_bulk_create),
+`--held` runs in review and a tenth as many on legal hold in the old months, each with its first
+step waiting for approval (a request and one approval). It runs the partition stage of retention
+(audit.retention.retention_months_drop) with keep_days 180, times it per month, checks that the
+held runs were moved aside (their approvals too) and still verify and that the recent months
+were not touched, writes bench/RETENTION.md and drops the database.
 """
 
 import argparse
@@ -69,6 +69,18 @@ EVENTS_SQL = """
 INSERT INTO runs_event (run_id, journal_month, seq, type, payload, actor, at, prev_hash, hash)
 SELECT r.id, r.journal_month, s, 'step_done', '{}', 'worker:bench', r.created_at, 'p', 'h'
 FROM runs_run r, generate_series(1, %(events)s) s WHERE r.journal_month = %(month)s
+"""
+
+APPROVALS_SQL = """
+WITH requests AS (
+    INSERT INTO runs_approvalrequest (run_id, journal_month, step_id, arguments_hash,
+        approvals_required, requested_at, outcome)
+    SELECT s.run_id, s.journal_month, s.id, s.arguments_hash, 2, s.intent_at, 'pending'
+    FROM runs_step s WHERE s.run_id = ANY(%s::uuid[]) AND s."index" = 0
+    RETURNING id, run_id, requested_at
+)
+INSERT INTO runs_approval (run_id, request_id, by, note, at)
+SELECT run_id, id, 'bench', '', requested_at FROM requests
 """
 
 
@@ -180,6 +192,9 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
         on_hold += hold
     Run.objects.filter(pk__in=on_hold).update(legal_hold=True)
     with connection.cursor() as cur:
+        # the held runs' first step waits for approval (one given): rows whose foreign key
+        # points into the month's partition, so the drop must move them aside too (runs 0015)
+        cur.execute(APPROVALS_SQL, [held + on_hold])
         cur.execute("ANALYZE")
         cur.execute("SELECT count(*) FROM runs_event")
         events_before = cur.fetchone()[0]
@@ -236,6 +251,11 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
         recent_after = cur.fetchone()
         cur.execute("SELECT count(*) FROM runs_event_keep")
         keep_events = cur.fetchone()[0]
+        cur.execute(
+            "SELECT count(*) FROM runs_approvalrequest r JOIN runs_approval a "
+            "ON a.run_id = r.run_id AND a.request_id = r.id"
+        )
+        approvals_after = cur.fetchone()[0]
     kept_runs = Run.objects.filter(pk__in=held + on_hold)
     t_verify = time.perf_counter()
     broken = sum(1 for run in kept_runs if run_chain_breaks(run))
@@ -258,6 +278,7 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
         "held_runs_still_there": kept_runs.count(),
         "held_runs_with_chain_breaks": broken,
         "held_runs_verify_seconds": round(verify_s, 2),
+        "held_runs_approvals_kept": approvals_after,
         "events_in_keep_partition": keep_events,
         "events_dropped": dropped_events,
         "steps_dropped": steps_before - steps_after,
@@ -296,6 +317,7 @@ signs the heads is made beforehand and not timed).
 | runs purged | {f["runs_purged"]:,} |
 | events / steps dropped | {f["events_dropped"]:,} / {f["steps_dropped"]:,} |
 | runs kept back (moved to the keep partitions) | {f["runs_kept_back"]:,}; all {f["held_runs_still_there"]} held runs there, {f["held_runs_with_chain_breaks"]} with a chain break |
+| held runs' approval requests (with an approval each) kept through the move | {f["held_runs_approvals_kept"]:,} of {f["runs_held_in_review"] + f["runs_on_legal_hold"]:,} |
 | recent months untouched (count and digest of their events equal) | {f["recent_months_untouched"]} ({f["recent_events"]:,} events) |
 | **retention time** | **{f["retention_seconds"]} s** |
 | **per million events dropped** | **{f["seconds_per_million_events_dropped"]} s** |

@@ -14,7 +14,6 @@ from console import overview as fleet
 from console import services
 from console.forms import BulkForm, CancelForm, ForkForm
 from review.forms import RunFilterForm
-from review.selectors import RunFilters
 from review.views import _error_text, _form_errors, _get_run, require_perm
 from runs.api_errors import ApplicationError
 
@@ -71,25 +70,12 @@ def run_fork(request: HttpRequest, run_id: UUID) -> HttpResponse:
     return HttpResponseRedirect(reverse("review:run", args=[fork.pk]))
 
 
-def _filters(form: RunFilterForm) -> RunFilters:
-    data = form.cleaned_data if form.is_valid() else {}
-    return RunFilters(
-        status=data.get("status") or "",
-        agent=(data.get("agent") or "").strip(),
-        date_from=data.get("date_from"),
-        date_to=data.get("date_to"),
-        has_unknown=bool(data.get("has_unknown")),
-        over_80=bool(data.get("over_80")),
-        q=(data.get("q") or "").strip(),
-    )
-
-
 @require_http_methods(["GET", "POST"])
 @require_perm("run_actions")
 def bulk(request: HttpRequest) -> HttpResponse:
     """GET: the selection's count and a confirmation; POST: act on exactly that many runs."""
     filter_form = RunFilterForm(request.GET or None)
-    filters = _filters(filter_form)
+    filters = filter_form.filters()
     action = request.POST.get("action") or request.GET.get("action") or "cancel"
     if action not in ("cancel", "resume"):
         action = "cancel"

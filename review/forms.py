@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 
+from review.selectors import RunFilters
 from runs.constants import BUDGET_LIMITS, Resolution, RunStatus
 from runs.models import ApprovalRule, BudgetPolicy
 
@@ -17,6 +18,7 @@ class RunFilterForm(forms.Form):
     date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     has_unknown = forms.BooleanField(required=False, label="has unknown steps")
     over_80 = forms.BooleanField(required=False, label="over 80% of a budget")
+    legal_hold = forms.BooleanField(required=False, label="on legal hold")
     q = forms.CharField(
         required=False,
         max_length=200,
@@ -26,6 +28,20 @@ class RunFilterForm(forms.Form):
         ),
     )
     page = forms.IntegerField(required=False, min_value=1, max_value=10_000)
+
+    def filters(self) -> RunFilters:
+        """The filters the form selects (none of an invalid form's)."""
+        data = self.cleaned_data if self.is_valid() else {}
+        return RunFilters(
+            status=data.get("status") or "",
+            agent=(data.get("agent") or "").strip(),
+            date_from=data.get("date_from"),
+            date_to=data.get("date_to"),
+            has_unknown=bool(data.get("has_unknown")),
+            over_80=bool(data.get("over_80")),
+            legal_hold=bool(data.get("legal_hold")),
+            q=(data.get("q") or "").strip(),
+        )
 
 
 def _note_field() -> forms.CharField:

@@ -55,6 +55,7 @@ class RunFilters:
     date_to: date | None = None
     has_unknown: bool = False
     over_80: bool = False
+    legal_hold: bool = False
     q: str = ""
 
 
@@ -112,6 +113,8 @@ def runs_filtered(filters: RunFilters) -> QuerySet[Run]:
         qs = qs.filter(pk__in=Step.objects.filter(state=StepState.UNKNOWN).values("run_id"))
     if filters.over_80:
         qs = qs.filter(_over_80())
+    if filters.legal_hold:
+        qs = qs.filter(legal_hold=True)  # run_legal_hold_idx
     return qs.order_by("-created_at")
 
 
@@ -174,7 +177,8 @@ def queue_steps(*, limit: int = QUEUE_PAGE) -> list[Step]:
     approval request (the two partial indexes on intent_at)."""
     return list(
         Step.objects.filter(state__in=DESK_STATES)
-        .select_related("run", "claimed_by", "approval_request")
+        .select_related("run", "claimed_by")
+        .prefetch_related("approval_requests")
         .order_by("intent_at", "pk")[:limit]
     )
 
@@ -302,6 +306,9 @@ def run_history(events: list[Event]) -> list[HistoryLine]:
                     "fork",
                 )
             )
+        elif e.type in (EventType.RUN_LEGAL_HOLD_SET, EventType.RUN_LEGAL_HOLD_LIFTED):
+            what = "put on legal hold" if e.type == EventType.RUN_LEGAL_HOLD_SET else "hold lifted"
+            lines.append(HistoryLine(e.at, f"{what} by {p.get('by')}: {p.get('note')}", "hold"))
         elif e.type in (EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_ABANDONED):
             lines.append(HistoryLine(e.at, e.type.replace("run_", "run "), "final"))
     return lines

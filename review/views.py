@@ -155,17 +155,8 @@ def _run_rows(runs: list[Run]) -> list[dict[str, Any]]:
 @require_perm("browse")
 def runs_list(request: HttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET or None)
-    data = form.cleaned_data if form.is_valid() else {}
-    filters = selectors.RunFilters(
-        status=data.get("status") or "",
-        agent=(data.get("agent") or "").strip(),
-        date_from=data.get("date_from"),
-        date_to=data.get("date_to"),
-        has_unknown=bool(data.get("has_unknown")),
-        over_80=bool(data.get("over_80")),
-        q=(data.get("q") or "").strip(),
-    )
-    page = data.get("page") or 1
+    filters = form.filters()
+    page = (form.cleaned_data.get("page") if form.is_valid() else None) or 1
     runs, has_next = selectors.runs_page(filters, page=page)
     rows = _run_rows(runs)
     any_live = any(r["live"] for r in rows)
@@ -233,6 +224,7 @@ def _transcript_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         and request.user.has_perm("review.resolve"),
         "can_raise": request.user.has_perm("review.raise_limits")
         and run.status not in FINAL_STATUSES,
+        "can_hold": request.user.has_perm("review.manage_audit"),
         "decide_form": DecideForm(),
         "limits_form": LimitsForm(),
     }

@@ -118,8 +118,12 @@ class Run(models.Model):
     # the month the run was created in: its steps and events carry it too and live in that
     # month's partition (runs/sql/0012_journal_partitioned_by_run_month.sql); never changes
     journal_month = models.DateField(default=journal_month_now, editable=False)
-    # retention never purges a run on legal hold (audit.retention), nor drops it with its month
+    # retention never purges a run on legal hold (audit.retention), nor drops it with its month;
+    # an admin sets and lifts it (runs.services.run_legal_hold), each time with an event
     legal_hold = models.BooleanField(default=False, db_default=False)
+    legal_hold_at = models.DateTimeField(null=True, blank=True)
+    legal_hold_by = models.CharField(max_length=150, blank=True, default="", db_default="")
+    legal_hold_note = models.TextField(blank=True, default="", db_default="")
 
     # a fork's first `forked_from_index` steps are copies of this run's (runs.services.run_fork)
     forked_from = models.ForeignKey(
@@ -163,6 +167,13 @@ class Run(models.Model):
                 condition=Q(lease_worker__isnull=True) | Q(lease_expires_at__isnull=False),
                 name="run_lease_has_expiry",
             ),
+            # who put it on hold, when and why, only while it is on hold (the chain keeps the
+            # history: run_legal_hold_set / run_legal_hold_lifted events)
+            models.CheckConstraint(
+                condition=Q(legal_hold=True)
+                | Q(legal_hold_at__isnull=True, legal_hold_by="", legal_hold_note=""),
+                name="run_legal_hold_details_only_on_hold",
+            ),
         ]
         indexes = [
             models.Index(
@@ -185,6 +196,10 @@ class Run(models.Model):
                 name="run_review_not_unknown_idx",
             ),
             models.Index(fields=["-created_at"], name="run_created_idx"),
+            # the runs list's "on legal hold" filter: the few held runs, newest first
+            models.Index(
+                fields=["-created_at"], condition=Q(legal_hold=True), name="run_legal_hold_idx"
+            ),
             # retention: the runs of one month (audit.retention)
             models.Index(fields=["journal_month"], name="run_journal_month_idx"),
             models.Index(fields=["agent", "-created_at"], name="run_agent_created_idx"),
@@ -333,6 +348,13 @@ class Step(models.Model):
             ]
         super().save(*args, **kwargs)
 
+    @property
+    def approval_request(self) -> "ApprovalRequest | None":
+        """The step's approval request, if people must approve it (at most one:
+        approval_request_once_per_step); read from `prefetch_related("approval_requests")`
+        when the caller prefetched it."""
+        return next(iter(self.approval_requests.all()), None)
+
     def claim_is_live(self, now: datetime) -> bool:
         """Someone claimed the step and the claim has not run out at `now` (the one rule)."""
         return (
@@ -424,11 +446,26 @@ class ApprovalRule(models.Model):
 
 
 class ApprovalRequest(models.Model):
-    """One step waiting for approval; bound to (run, index, arguments hash) through its step."""
+    """One step waiting for approval; bound to (run, index, arguments hash) through its step.
 
-    # no foreign key in the database: runs_step's keys carry run_id and journal_month
-    step = models.OneToOneField(
-        Step, on_delete=models.CASCADE, related_name="approval_request", db_constraint=False
+    Keyed by its run like the journal: in the database the primary key is (id, run_id),
+    (step_id, run_id, journal_month) references the step (ON DELETE CASCADE) and
+    (run_id, journal_month) the run (runs 0015). Writers copy `run_id` and `journal_month`
+    from the step. One request a step: approval_request_once_per_step."""
+
+    run = models.ForeignKey(
+        Run,
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_constraint=False,  # the composite key (run_id, journal_month), in SQL
+        db_index=False,  # approval_request_once_per_step leads with run_id
+    )
+    journal_month = models.DateField(editable=False)
+    step = models.ForeignKey(
+        Step,
+        on_delete=models.CASCADE,
+        related_name="approval_requests",
+        db_constraint=False,  # the composite key (step_id, run_id, journal_month), in SQL
     )
     rule = models.ForeignKey(ApprovalRule, null=True, blank=True, on_delete=models.SET_NULL)
     arguments_hash = models.CharField(max_length=64)
@@ -441,6 +478,9 @@ class ApprovalRequest(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step"], name="approval_request_once_per_step")
+        ]
         indexes = [
             models.Index(
                 fields=["expires_at"],
@@ -454,16 +494,33 @@ class ApprovalRequest(models.Model):
 
 
 class Approval(models.Model):
-    """One person's approval; two from the same person never count twice (four eyes)."""
+    """One person's approval; two from the same person never count twice (four eyes).
 
-    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="approvals")
+    Keyed by its run: primary key (id, run_id), (request_id, run_id) references the request
+    (ON DELETE CASCADE), run_id the run (runs 0015); `run_id` is the request's."""
+
+    run = models.ForeignKey(
+        Run,
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_constraint=False,  # in SQL, beside the composite key to the request
+        db_index=False,  # approval_once_per_person leads with run_id
+    )
+    request = models.ForeignKey(
+        ApprovalRequest,
+        on_delete=models.CASCADE,
+        related_name="approvals",
+        db_constraint=False,  # the composite key (request_id, run_id), in SQL
+    )
     by = models.CharField(max_length=150)
     note = models.TextField(blank=True, default="")
     at = models.DateTimeField()
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["request", "by"], name="approval_once_per_person")
+            models.UniqueConstraint(
+                fields=["run", "request", "by"], name="approval_once_per_person"
+            )
         ]
         ordering = ["at"]
 

@@ -1021,6 +1021,44 @@ def run_cancel(*, run_id: UUID | str, by: str, note: str) -> Run:
         return run
 
 
+def run_legal_hold(*, run_id: UUID | str, on: bool, by: str, note: str) -> Run:
+    """Put a run on legal hold (`on`) or lift it, with who, when and why, and its event.
+
+    Retention never purges a run on hold, nor drops it with its month (audit.retention): its
+    rows are moved aside instead. Any run may be held, finished or not; its status, lease and
+    epoch do not change, so a worker holding it goes on. The run's row lock orders this against
+    retention: a run retention holds is gone when the hold commits (not_found), and a run being
+    held is skipped by retention (kept). Refused with `legal_hold_unchanged` when the run is
+    already in the state asked for (the message says since when and by whom).
+    """
+    note = _note_required(note)
+    with transition(run_id, actor=f"user:{by}") as t:
+        run = t.run
+        if run.legal_hold == on:
+            raise ApplicationError(
+                "legal_hold_unchanged",
+                _legal_hold_text(run) if on else "The run is not on legal hold.",
+                details={"legal_hold": run.legal_hold, "by": run.legal_hold_by},
+            )
+        run.legal_hold = on
+        run.legal_hold_at = t.now if on else None
+        run.legal_hold_by = by if on else ""
+        run.legal_hold_note = note if on else ""
+        t.event(
+            EventType.RUN_LEGAL_HOLD_SET if on else EventType.RUN_LEGAL_HOLD_LIFTED,
+            {"by": by, "note": note},
+        )
+        return run
+
+
+def _legal_hold_text(run: Run) -> str:
+    """ "The run is already on legal hold since … (by …)." (a hold set in the database directly
+    has no time or name)."""
+    since = f" since {run.legal_hold_at:%Y-%m-%d %H:%M} UTC" if run.legal_hold_at else ""
+    by = f" (by {run.legal_hold_by})" if run.legal_hold_by else ""
+    return f"The run is already on legal hold{since}{by}."
+
+
 COPYABLE_STEP_STATES = frozenset({StepState.DONE, StepState.ERROR})
 
 
@@ -1180,7 +1218,9 @@ def _approval_locked(run_id: UUID | str, index: int) -> tuple[Run, Step, Approva
     run = run_for_update(run_id)
     step = Step.objects.select_for_update().filter(run=run, index=index).first()
     request = (
-        ApprovalRequest.objects.select_for_update().filter(step=step).first() if step else None
+        ApprovalRequest.objects.select_for_update().filter(run=run, step=step).first()
+        if step
+        else None
     )
     if step is None or request is None:
         raise ApplicationError(
@@ -1329,7 +1369,9 @@ def step_approve(*, run_id: UUID | str, index: int, by: str, note: str = "") -> 
                 raise ApplicationError(
                     "not_found", "The step's arguments changed.", status_code=404
                 )
-            Approval.objects.create(request=request, by=by, note=note.strip(), at=now)
+            Approval.objects.create(
+                run_id=request.run_id, request=request, by=by, note=note.strip(), at=now
+            )
             count = len(given) + 1
             event_append(
                 run,
@@ -1413,7 +1455,7 @@ def step_wait_decided(*, run_id: UUID | str, index: int, wait_seconds: int) -> S
             )
         if step.state != StepState.AWAITING_APPROVAL:
             return step
-        request = ApprovalRequest.objects.filter(step=step).first()
+        request = ApprovalRequest.objects.filter(run_id=step.run_id, step=step).first()
         now = clock.now()
         if request is not None and request.expires_at is not None and request.expires_at <= now:
             with transaction.atomic():
@@ -1441,7 +1483,7 @@ def approvals_expire_due(*, limit: int = 500) -> int:
     due = list(
         ApprovalRequest.objects.filter(outcome=ApprovalOutcome.PENDING, expires_at__lte=now)
         .order_by("expires_at")
-        .values_list("step__run_id", "step__index")[:limit]
+        .values_list("run_id", "step__index")[:limit]
     )
     expired = 0
     for run_id, index in due:

@@ -58,3 +58,5 @@ class EventType(StrEnum):
     APPROVAL_GIVEN = "approval_given"
     STEP_APPROVED = "step_approved"
     STEP_DENIED = "step_denied"
+    RUN_LEGAL_HOLD_SET = "run_legal_hold_set"  # an admin: retention must keep the run
+    RUN_LEGAL_HOLD_LIFTED = "run_legal_hold_lifted"

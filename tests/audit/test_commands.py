@@ -1,4 +1,4 @@
-"""The command-line side: export_runs, generate_signing_key, audit_checkpoint."""
+"""The command-line side: export_runs, generate_signing_key, audit_checkpoint, legal_hold."""
 
 import io
 import json
@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
-    "command", ["export_runs", "verify_export", "generate_signing_key", "audit_checkpoint"]
+    "command",
+    ["export_runs", "verify_export", "generate_signing_key", "audit_checkpoint", "legal_hold"],
 )
 def test_every_command_has_help(command: str) -> None:
     done = subprocess.run(

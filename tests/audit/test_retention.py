@@ -17,7 +17,7 @@ from audit.retention import retention_purge
 from bench.testdata import runs_bulk_create
 from review.audit import AuditEntry
 from runs.chain import run_chain_breaks
-from runs.models import Event, Run, Step
+from runs.models import Approval, ApprovalRequest, Event, Run, Step
 
 
 def _age(ids: list[Any], days: int) -> None:
@@ -158,6 +158,61 @@ def test_old_months_are_dropped_whole_and_runs_in_review_or_on_hold_are_moved_as
     assert Run.objects.filter(pk__in=recent).count() == 3
     tombstones = AuditEntry.objects.filter(action="retention.purge")
     assert {r["id"] for t in tombstones for r in t.details["runs"]} == {str(i) for i in gone}
+
+
+def _approved(run_ids: list[Any]) -> list[int]:
+    """Each run's first step held for approval, with one person's approval: rows that reference
+    the step in its month's partition (runs 0015's foreign key); the requests' ids."""
+    ids = []
+    for step in Step.objects.filter(run_id__in=run_ids, index=0):
+        request = ApprovalRequest.objects.create(
+            run_id=step.run_id,
+            journal_month=step.journal_month,
+            step=step,
+            arguments_hash=step.arguments_hash,
+            approvals_required=2,
+            requested_at=step.intent_at,
+        )
+        Approval.objects.create(run_id=step.run_id, request=request, by="ana", at=step.intent_at)
+        ids.append(request.pk)
+    return ids
+
+
+def test_a_month_with_approvals_is_dropped_and_the_kept_runs_keep_theirs(db: Any) -> None:
+    """PostgreSQL refuses to detach a partition whose steps an approval request references:
+    the purged runs' requests go first, the kept runs' step aside and come back unchanged."""
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
+    old = _created(days_ago=100)
+    gone = runs_bulk_create(runs=2, steps_per_run=2, status="completed", created_at=old)
+    on_hold = runs_bulk_create(runs=2, steps_per_run=2, status="completed", created_at=old)
+    Run.objects.filter(pk__in=on_hold).update(legal_hold=True)
+    _approved(gone)
+    kept_requests = _approved(on_hold)
+    before = {
+        r.pk: (r.step_id, r.run_id, r.journal_month, [(a.pk, a.by) for a in r.approvals.all()])
+        for r in ApprovalRequest.objects.filter(pk__in=kept_requests)
+    }
+
+    result = retention_purge()
+
+    assert result.purged == 2 and result.kept == 2 and len(result.months_dropped) == 1
+    assert not ApprovalRequest.objects.filter(run_id__in=gone).exists()
+    assert not Approval.objects.filter(run_id__in=gone).exists()
+    after = {
+        r.pk: (r.step_id, r.run_id, r.journal_month, [(a.pk, a.by) for a in r.approvals.all()])
+        for r in ApprovalRequest.objects.filter(run_id__in=on_hold)
+    }
+    assert after == before
+    for run_id in on_hold:  # the request's step, found through the keep partition
+        assert Step.objects.get(run_id=run_id, index=0).approval_request is not None
+        assert run_chain_breaks(Run.objects.get(pk=run_id)) == []
+
+    # once its hold is lifted, a kept run goes row by row, its approval rows first
+    Run.objects.filter(pk=on_hold[0]).update(legal_hold=False)
+    assert retention_purge().purged == 1
+    assert list(Run.objects.values_list("pk", flat=True)) == [on_hold[1]]
+    assert set(ApprovalRequest.objects.values_list("run_id", flat=True)) == {on_hold[1]}
+    assert set(Approval.objects.values_list("run_id", flat=True)) == {on_hold[1]}
 
 
 def test_a_run_moved_aside_goes_row_by_row_once_it_may(db: Any) -> None:
