@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 
+from review.services import POLICY_FIELDS, RULE_FIELDS
 from runs.constants import BUDGET_LIMITS, Resolution, RunStatus
 from runs.models import ApprovalRule, BudgetPolicy
 
@@ -80,7 +81,7 @@ class ApprovalRuleForm(forms.ModelForm):
 
     class Meta:
         model = ApprovalRule
-        fields = ["agent", "tool_pattern", "approvals_required", "expires_after_seconds", "active"]
+        fields = list(RULE_FIELDS)  # what approval_rule_save takes
         labels = {
             "agent": "Agent (empty: every agent)",
             "tool_pattern": "Tool name pattern (* matches any text, e.g. email.*)",
@@ -186,16 +187,7 @@ class PolicyForm(forms.ModelForm):
 
     class Meta:
         model = BudgetPolicy
-        fields = [
-            "name",
-            "agent",
-            "is_default",
-            "max_steps",
-            "max_tokens",
-            "max_wall_seconds",
-            "max_cost_usd",
-            "max_recoveries",
-        ]
+        fields = list(POLICY_FIELDS)  # what budget_policy_save takes
         labels = {
             "agent": "Agent (empty for none)",
             "is_default": "Default policy (for agents without their own)",
