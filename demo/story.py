@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -487,16 +488,18 @@ def run_story(*, url: str, started: float, no_story: bool = False) -> None:
     dispatch_through_celery(story, celery_tickets)
     print(
         f"==> {ticket_id(story.round_no, by_role['evicted'])}: a worker process evicted "
-        f"(SIGKILL) after step {EVICT_AFTER_STEP}, then replaced",
-        flush=True,
-    )
-    play_evicted(story, by_role["evicted"], env)
-    print(
-        f"==> {ticket_id(story.round_no, by_role['maybe_sent'])}: a worker process killed "
+        f"(SIGKILL) after step {EVICT_AFTER_STEP}, then replaced; meanwhile "
+        f"{ticket_id(story.round_no, by_role['maybe_sent'])}: a worker process killed "
         "inside email.send, then replaced",
         flush=True,
     )
-    play_maybe_sent(story, by_role["maybe_sent"], env)
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two pods at once, as on a cluster
+        plays = [
+            pool.submit(play_evicted, story, by_role["evicted"], env),
+            pool.submit(play_maybe_sent, story, by_role["maybe_sent"], env),
+        ]
+        for play in plays:
+            play.result()
     wait_final(story, [t.number for t in celery_tickets])
     summary = summarise(story, tickets, started)
     (STATE / "summary.json").write_text(json.dumps(summary, indent=2, default=str))

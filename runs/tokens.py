@@ -15,9 +15,11 @@ def worker_token_create(
     created_by: str = "",
     scopes: tuple[str, ...] = (),
     agents: tuple[str, ...] | list[str] = (),
+    raw: str | None = None,
 ) -> tuple[WorkerToken, str]:
     """A new token; `agents` limits it to those agents' runs (none: every agent), `scopes` adds
-    rights beyond the worker API (`tools:direct`)."""
+    rights beyond the worker API (`tools:direct`). `raw` registers a token chosen beforehand
+    (the demo hands its worker one before the database is migrated); by default a new one."""
     unknown = sorted(set(scopes) - set(TokenScope.values))
     if unknown:
         raise ApplicationError(
@@ -28,7 +30,7 @@ def worker_token_create(
         )
     names = sorted({a.strip() for a in agents if a.strip()})
     scope = " ".join([TokenScope.WORKER, *sorted(set(scopes) - {TokenScope.WORKER})])
-    raw = generate_token()
+    raw = raw or generate_token()
     token = WorkerToken.objects.create(
         name=name,
         prefix=raw[:10],
