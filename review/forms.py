@@ -76,9 +76,13 @@ class DenyForm(forms.Form):
     )
 
 
-class ApprovalRuleForm(forms.ModelForm):
+class AuditedModelForm(forms.ModelForm):
+    """An admin's edit of a setting: the model's fields and a note for the audit log."""
+
     note = forms.CharField(required=False, max_length=2000, label="Note (for the audit log)")
 
+
+class ApprovalRuleForm(AuditedModelForm):
     class Meta:
         model = ApprovalRule
         fields = list(RULE_FIELDS)  # what approval_rule_save takes
@@ -182,9 +186,7 @@ class LimitsForm(forms.Form):
         return {k: v for k, v in self.cleaned_data.items() if k != "note" and v is not None}
 
 
-class PolicyForm(forms.ModelForm):
-    note = forms.CharField(required=False, max_length=2000, label="Note (for the audit log)")
-
+class PolicyForm(AuditedModelForm):
     class Meta:
         model = BudgetPolicy
         fields = list(POLICY_FIELDS)  # what budget_policy_save takes
