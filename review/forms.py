@@ -29,19 +29,23 @@ class RunFilterForm(forms.Form):
     page = forms.IntegerField(required=False, min_value=1, max_value=10_000)
 
 
-def _note_field() -> forms.CharField:
+def note_field(
+    required: str = "A note is required: say what you checked and why.",
+    widget: forms.Widget | None = None,
+) -> forms.CharField:
+    """The note a person gives with a decision or an action (the services require it too)."""
     return forms.CharField(
         required=True,
         max_length=4000,
         strip=True,
-        error_messages={"required": "A note is required: say what you checked and why."},
-        widget=forms.Textarea(attrs={"rows": 3}),
+        error_messages={"required": required},
+        widget=widget or forms.Textarea(attrs={"rows": 3}),
     )
 
 
 class ResolveForm(forms.Form):
     action = forms.ChoiceField(choices=Resolution.choices)
-    note = _note_field()
+    note = note_field()
     confirm_repeat = forms.BooleanField(
         required=False, label="I understand the effect may happen twice"
     )
@@ -126,7 +130,7 @@ class BulkDecideForm(forms.Form):
         error_messages={"required": "Tick the items to decide."},
     )
     action = forms.ChoiceField(choices=BULK_ACTIONS)
-    note = _note_field()
+    note = note_field()
     confirm_repeat = forms.BooleanField(required=False)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -165,7 +169,7 @@ class AssignForm(forms.Form):
 
 class DecideForm(forms.Form):
     action = forms.ChoiceField(choices=[("resume", "resume"), ("abandon", "abandon")])
-    note = _note_field()
+    note = note_field()
 
 
 class LimitsForm(forms.Form):
@@ -174,7 +178,7 @@ class LimitsForm(forms.Form):
     cost_usd = forms.DecimalField(required=False, min_value=0, max_digits=12, decimal_places=6)
     wall_seconds = forms.IntegerField(required=False, min_value=1)
     recoveries = forms.IntegerField(required=False, min_value=0)
-    note = _note_field()
+    note = note_field()
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
