@@ -262,15 +262,9 @@ def _checkpoint_write(check: ChainCheck, *, actor: str, now: datetime) -> Checkp
 def alert_acknowledge(*, alert_id: int, user: Any, note: str) -> ChainAlert:
     """An admin takes note of an alert (what was found, what was done); audited."""
     from review.audit import audit_record
-    from runs.api_errors import ApplicationError
+    from runs.api_errors import ApplicationError, note_required
 
-    if not note.strip():
-        raise ApplicationError(
-            "validation_error",
-            "A note is required.",
-            status_code=400,
-            details={"note": ["Required."]},
-        )
+    note_required(note)
     with transaction.atomic():
         alert = ChainAlert.objects.select_for_update().filter(pk=alert_id).first()
         if alert is None:

@@ -3,7 +3,7 @@
 from django.db import transaction
 from django.utils import timezone
 
-from runs.api_errors import ApplicationError
+from runs.api_errors import invalid
 from runs.authentication import forget_principal, generate_token, hash_token
 from runs.models import TokenScope, WorkerToken
 
@@ -22,12 +22,7 @@ def worker_token_create(
     (the demo hands its worker one before the database is migrated); by default a new one."""
     unknown = sorted(set(scopes) - set(TokenScope.values))
     if unknown:
-        raise ApplicationError(
-            "validation_error",
-            f"Unknown scope {unknown[0]!r}.",
-            status_code=400,
-            details={"scope": [f"One of {TokenScope.values}."]},
-        )
+        raise invalid("scope", f"Unknown scope {unknown[0]!r}.", f"One of {TokenScope.values}.")
     names = sorted({a.strip() for a in agents if a.strip()})
     scope = " ".join([TokenScope.WORKER, *sorted(set(scopes) - {TokenScope.WORKER})])
     raw = raw or generate_token()
