@@ -39,7 +39,8 @@ def private_write(path: Path, text: str, mode: str = "w") -> None:
 class Command(BaseCommand):
     help = (
         "Migrate the database, then create the demo's users (supervisor, admin, auditor: passwords printed once and kept in "
-        "STATE/credentials.txt), its worker token (STATE/worker-token, reused while valid) and "
+        "STATE/credentials.txt), register its worker token (STATE/worker-token; a new one when "
+        "there is none or it was revoked) and "
         "the support and research agents' budget policies. Running it again changes nothing."
     )
 
