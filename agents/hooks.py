@@ -2,7 +2,7 @@
 to watch its steps or interrupt them, without the agent knowing what they do.
 
 `AGENT_HOOKS` names modules, comma-separated (for example
-`AGENT_HOOKS=tests.agent_hooks`); each is imported once, when the agent is, and may define:
+`AGENT_HOOKS=agents.crash_points`); each is imported once, when the agent is, and may define:
 
     on_step(index: int, name: str, phase: str) -> None
         phase "before":   step `index` is about to run (executed or replayed)

@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 from uuid import UUID
 
 from django.db import connection, connections, transaction
@@ -22,24 +22,11 @@ from audit.models import ChainAlert, Checkpoint, CheckpointLeaf
 from audit.signing import sign, signing_key_id
 from runs import clock
 from runs.canonical import GENESIS_HASH, canonical_json, sha256_hex
-from runs.chain import STEP_COLUMNS, ChainBreak, StepRow, chain_breaks
+from runs.chain import EVENT_COLUMNS, STEP_COLUMNS, ChainBreak, EventRow, StepRow, chain_breaks
 from runs.models import Event, Run, Step
 
 CHECKPOINT_LOCK = 0x41554454  # pg advisory lock key: one checkpoint job at a time ("AUDT")
 LEAF_BATCH = 2000
-
-
-class _EventRow(NamedTuple):
-    """The attributes runs.chain.chain_breaks reads, without building model instances."""
-
-    run_id: UUID
-    seq: int
-    type: str
-    payload: Any
-    actor: str
-    at: datetime
-    prev_hash: str
-    hash: str
 
 
 @dataclass
@@ -79,9 +66,9 @@ def chains_verify(*, keep: int = 100) -> ChainCheck:
     check = ChainCheck()
     runs = Run.objects.order_by("pk").values_list("pk", "event_head").iterator(chunk_size=5000)
     events = (
-        _EventRow(*row)
+        EventRow(*row)
         for row in Event.objects.order_by("run_id", "seq")
-        .values_list("run_id", "seq", "type", "payload", "actor", "at", "prev_hash", "hash")
+        .values_list(*EVENT_COLUMNS)
         .iterator(chunk_size=5000)
     )
     grouped = itertools.groupby(events, key=lambda e: e.run_id)
@@ -99,7 +86,7 @@ def chains_verify(*, keep: int = 100) -> ChainCheck:
     for run_id, head in runs:
         check.runs += 1
         matched = pending is not None and pending[0] == run_id
-        run_events: Iterator[_EventRow] = pending[1] if matched and pending else iter(())
+        run_events: Iterator[EventRow] = pending[1] if matched and pending else iter(())
         steps: list[StepRow] = []
         if pending_steps is not None and pending_steps[0] == run_id:
             steps = list(pending_steps[1])
@@ -151,7 +138,7 @@ def signed_heads_breaks() -> list[ChainBreak]:
         ]
 
 
-def _counting(events: Iterator[_EventRow], check: ChainCheck) -> Iterator[_EventRow]:
+def _counting(events: Iterator[EventRow], check: ChainCheck) -> Iterator[EventRow]:
     for event in events:
         check.events += 1
         yield event
@@ -275,15 +262,9 @@ def _checkpoint_write(check: ChainCheck, *, actor: str, now: datetime) -> Checkp
 def alert_acknowledge(*, alert_id: int, user: Any, note: str) -> ChainAlert:
     """An admin takes note of an alert (what was found, what was done); audited."""
     from review.audit import audit_record
-    from runs.api_errors import ApplicationError
+    from runs.api_errors import ApplicationError, note_required
 
-    if not note.strip():
-        raise ApplicationError(
-            "validation_error",
-            "A note is required.",
-            status_code=400,
-            details={"note": ["Required."]},
-        )
+    note_required(note)
     with transaction.atomic():
         alert = ChainAlert.objects.select_for_update().filter(pk=alert_id).first()
         if alert is None:

@@ -16,8 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any
 from uuid import UUID
 
 import orjson
@@ -35,6 +34,7 @@ from config.routers import read_alias, replica_reads
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.canonical import GENESIS_HASH
+from runs.chain import EVENT_COLUMNS, STEP_COLUMNS, EventRow, StepRow
 from runs.constants import RunStatus
 from runs.models import Event, Run, Step
 from runs.representations import event_json, run_json, step_json
@@ -144,51 +144,6 @@ def _as_text(field: str) -> Cast:
     return Cast(field, output_field=TextField())
 
 
-STEP_FIELDS = (
-    "run_id", "index", "kind", "name", "effect", "enforced_by", "arguments", "arguments_hash",
-    "idempotency_key", "state", "result", "usage_input_tokens", "usage_output_tokens",
-    "usage_cost_usd", "epoch", "executions", "intent_at", "outcome_at", "resolution_action",
-    "resolution_by", "resolution_note", "resolution_at",
-)  # fmt: skip
-EVENT_FIELDS = ("run_id", "seq", "type", "payload", "actor", "at", "prev_hash", "hash")
-
-
-class StepRow(NamedTuple):
-    run_id: UUID
-    index: int  # type: ignore[assignment]  # shadows tuple.index, on purpose
-    kind: str
-    name: str
-    effect: str
-    enforced_by: str | None
-    arguments: Any
-    arguments_hash: str
-    idempotency_key: str
-    state: str
-    result: Any
-    usage_input_tokens: int
-    usage_output_tokens: int
-    usage_cost_usd: Decimal
-    epoch: int
-    executions: int
-    intent_at: datetime
-    outcome_at: datetime | None
-    resolution_action: str | None
-    resolution_by: str | None
-    resolution_note: str | None
-    resolution_at: datetime | None
-
-
-class EventRow(NamedTuple):
-    run_id: UUID
-    seq: int
-    type: str
-    payload: Any
-    actor: str
-    at: datetime
-    prev_hash: str
-    hash: str
-
-
 @dataclass
 class _Batch:
     runs: list[Run]
@@ -215,8 +170,8 @@ def _batches(
     JSON columns (arguments, result, payload) are read as PostgreSQL's text and handed to
     `json_column`: raw fragments for JSONL, the text itself for CSV.
     """
-    step_fields = [f"{f}_text" if f in ("arguments", "result") else f for f in STEP_FIELDS]
-    event_fields = ["payload_text" if f == "payload" else f for f in EVENT_FIELDS]
+    step_fields = [f"{f}_text" if f in ("arguments", "result") else f for f in STEP_COLUMNS]
+    event_fields = ["payload_text" if f == "payload" else f for f in EVENT_COLUMNS]
     after: datetime | None = None
     while True:
         with transaction.atomic(using=alias):

@@ -25,7 +25,7 @@ from audit.models import Checkpoint, CheckpointLeaf, RetentionPolicy
 from review.audit import audit_record
 from review.models import Escalation
 from runs import clock
-from runs.api_errors import ApplicationError
+from runs.api_errors import invalid
 from runs.constants import FINAL_STATUSES
 from runs.models import ApprovalRequest, Event, Run, Step
 from runs.services import run_legal_hold
@@ -40,12 +40,7 @@ def retention_policy_get() -> RetentionPolicy:
 
 def retention_policy_update(*, user: Any, enabled: bool, keep_days: int) -> RetentionPolicy:
     if not isinstance(keep_days, int) or keep_days < 1 or keep_days > 36500:
-        raise ApplicationError(
-            "validation_error",
-            "Keep runs between 1 and 36500 days.",
-            status_code=400,
-            details={"keep_days": ["Between 1 and 36500."]},
-        )
+        raise invalid("keep_days", "Keep runs between 1 and 36500 days.", "Between 1 and 36500.")
     with transaction.atomic():
         policy, _ = RetentionPolicy.objects.select_for_update().get_or_create(pk=1)
         before = {"enabled": policy.enabled, "keep_days": policy.keep_days}

@@ -7,7 +7,6 @@ from the first minute and keeps verifying across restarts. Production sets the k
 """
 
 import base64
-import binascii
 import os
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from audit.verify import key_id
+from audit.verify import key_id, raw_key_bytes
 from runs.canonical import canonical_json
 
 
@@ -31,12 +30,9 @@ def private_key_parse(text: str) -> Ed25519PrivateKey:
             raise ImproperlyConfigured("AUDIT_SIGNING_KEY is a PEM key but not an Ed25519 one.")
         return key
     try:
-        raw = base64.b64decode(text, validate=True)
-    except binascii.Error as exc:
-        raise ImproperlyConfigured("AUDIT_SIGNING_KEY is neither base64 nor PEM.") from exc
-    if len(raw) != 32:
-        raise ImproperlyConfigured(f"AUDIT_SIGNING_KEY must hold 32 bytes, not {len(raw)}.")
-    return Ed25519PrivateKey.from_private_bytes(raw)
+        return Ed25519PrivateKey.from_private_bytes(raw_key_bytes(text, "AUDIT_SIGNING_KEY"))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{exc}.") from exc
 
 
 def private_key_generate() -> str:

@@ -86,13 +86,20 @@ def load_public_key(value: str) -> Ed25519PublicKey:
         if not isinstance(key, Ed25519PublicKey):
             raise ValueError("the PEM key is not an Ed25519 public key")
         return key
+    return Ed25519PublicKey.from_public_bytes(
+        raw_key_bytes(text, "the public key (or the file it names)")
+    )
+
+
+def raw_key_bytes(text: str, what: str) -> bytes:
+    """The 32 raw bytes of an Ed25519 key written as base64; ValueError saying what is wrong."""
     try:
         raw = base64.b64decode(text, validate=True)
     except binascii.Error as exc:
-        raise ValueError("the public key is neither base64, PEM, nor a readable file") from exc
+        raise ValueError(f"{what} is neither base64 nor PEM") from exc
     if len(raw) != 32:
-        raise ValueError(f"an Ed25519 public key has 32 bytes, this one {len(raw)}")
-    return Ed25519PublicKey.from_public_bytes(raw)
+        raise ValueError(f"{what} must hold the 32 bytes of an Ed25519 key, not {len(raw)}")
+    return raw
 
 
 def key_id(public_key: Ed25519PublicKey) -> str:
@@ -392,12 +399,8 @@ def render_report(report: Report, *, max_problems: int = 200) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m audit.verify",
-        description="Verify an Agent Ledger JSONL export offline (no database). Exit 0 when "
-        "it verifies, 1 when something is broken, 2 when the file or key cannot be read.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The verifier's arguments, for this script and `manage.py verify_export` alike."""
     parser.add_argument("file", help="the .jsonl export")
     parser.add_argument(
         "--public-key",
@@ -406,6 +409,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the signing public key: base64 (32 raw bytes), PEM, or a file holding either; "
         "repeat it when the checkpoints span a key rotation",
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m audit.verify",
+        description="Verify an Agent Ledger JSONL export offline (no database). Exit 0 when "
+        "it verifies, 1 when something is broken, 2 when the file or key cannot be read.",
+    )
+    add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         public_key = [load_public_key(k) for k in args.public_key]

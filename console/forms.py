@@ -2,17 +2,13 @@
 
 from django import forms
 
+from review.forms import note_field
+
 BULK_ACTIONS = [("cancel", "cancel"), ("resume", "resume")]
 
 
 def _note() -> forms.CharField:
-    return forms.CharField(
-        required=True,
-        max_length=4000,
-        strip=True,
-        error_messages={"required": "A note is required: say why."},
-        widget=forms.TextInput(attrs={"size": 40}),
-    )
+    return note_field("A note is required: say why.", forms.TextInput(attrs={"size": 40}))
 
 
 class CancelForm(forms.Form):

@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from review.audit import audit_record
 from review.selectors import RunFilters, review_runs_without_unknown, runs_filtered
 from review.services import review_run_decide
-from runs.api_errors import ApplicationError
+from runs.api_errors import ApplicationError, invalid, note_required
 from runs.constants import CANCELLABLE_STATUSES
 from runs.models import Run
 from runs.services import run_cancel, run_fork
@@ -53,12 +53,7 @@ def bulk_selection(filters: RunFilters, action: str) -> QuerySet[Run]:
         return runs.filter(status__in=CANCELLABLE_STATUSES)
     if action == "resume":
         return runs.filter(pk__in=review_runs_without_unknown().values("pk"))
-    raise ApplicationError(
-        "validation_error",
-        "Unknown bulk action.",
-        status_code=400,
-        details={"action": ["cancel or resume"]},
-    )
+    raise invalid("action", "Unknown bulk action.", "cancel or resume")
 
 
 def bulk_count(filters: RunFilters, action: str) -> int:
@@ -81,20 +76,13 @@ def console_bulk(
     and audit entry; a run that changed state meanwhile is skipped with its reason. One more
     audit entry records the bulk action itself.
     """
-    if not note or not note.strip():
-        raise ApplicationError(
-            "validation_error",
-            "A note is required.",
-            status_code=400,
-            details={"note": ["Required."]},
-        )
+    note_required(note)
     ids = list(bulk_selection(filters, action).values_list("pk", flat=True)[: BULK_LIMIT + 1])
     if len(ids) > BULK_LIMIT:
-        raise ApplicationError(
-            "validation_error",
+        raise invalid(
+            "filter",
             f"More than {BULK_LIMIT} runs are selected; narrow the filter.",
-            status_code=400,
-            details={"filter": [f"at most {BULK_LIMIT} runs"]},
+            f"at most {BULK_LIMIT} runs",
         )
     if len(ids) != expected:
         raise ApplicationError(

@@ -14,8 +14,7 @@ from console import overview as fleet
 from console import services
 from console.forms import BulkForm, CancelForm, ForkForm
 from review.forms import RunFilterForm
-from review.views import _error_text, _form_errors, _get_run, require_perm
-from runs.api_errors import ApplicationError
+from review.views import _form_errors, _get_run, _posted, _tell, require_perm
 
 
 def _back(run_id: Any) -> HttpResponseRedirect:
@@ -26,20 +25,17 @@ def _back(run_id: Any) -> HttpResponseRedirect:
 @require_perm("run_actions")
 def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
     run = _get_run(run_id)
-    form = CancelForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, _form_errors(form))
-        return _back(run.pk)
-    try:
-        services.console_run_cancel(
-            user=request.user,  # type: ignore[arg-type]
-            run_id=run.pk,
-            note=form.cleaned_data["note"],
+    form = _posted(request, CancelForm)
+    if form is not None:
+        _tell(
+            request,
+            lambda: services.console_run_cancel(
+                user=request.user,  # type: ignore[arg-type]
+                run_id=run.pk,
+                note=form.cleaned_data["note"],
+            ),
+            lambda _: "Run cancelled: its worker's next write is refused.",
         )
-    except ApplicationError as exc:
-        messages.error(request, _error_text(exc))
-    else:
-        messages.success(request, "Run cancelled: its worker's next write is refused.")
     return _back(run.pk)
 
 
@@ -47,26 +43,25 @@ def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
 @require_perm("run_actions")
 def run_fork(request: HttpRequest, run_id: UUID) -> HttpResponse:
     run = _get_run(run_id)
-    form = ForkForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, _form_errors(form))
+    form = _posted(request, ForkForm)
+    if form is None:
         return _back(run.pk)
-    try:
-        fork = services.console_run_fork(
+    fork = _tell(
+        request,
+        lambda: services.console_run_fork(
             user=request.user,  # type: ignore[arg-type]
             run_id=run.pk,
             index=form.cleaned_data["index"],
             note=form.cleaned_data["note"],
-        )
-    except ApplicationError as exc:
-        messages.error(request, _error_text(exc))
-        return _back(run.pk)
-    messages.success(
-        request,
-        f"Fork created with steps 0–{fork.forked_from_index - 1} copied"
-        if fork.forked_from_index
-        else "Fork created from the start (no steps copied).",
+        ),
+        lambda fork: (
+            f"Fork created with steps 0–{fork.forked_from_index - 1} copied"
+            if fork.forked_from_index
+            else "Fork created from the start (no steps copied)."
+        ),
     )
+    if fork is None:
+        return _back(run.pk)
     return HttpResponseRedirect(reverse("review:run", args=[fork.pk]))
 
 
@@ -82,24 +77,22 @@ def bulk(request: HttpRequest) -> HttpResponse:
     outcome = None
     form = BulkForm(request.POST or None, initial={"action": action})
     if request.method == "POST" and form.is_valid():
-        try:
-            outcome = services.console_bulk(
+        verb = "Cancelled" if action == "cancel" else "Resumed"
+        outcome = _tell(
+            request,
+            lambda: services.console_bulk(
                 user=request.user,  # type: ignore[arg-type]
                 filters=filters,
                 action=form.cleaned_data["action"],
                 note=form.cleaned_data["note"],
                 expected=form.cleaned_data["expected"],
-            )
-        except ApplicationError as exc:
-            messages.error(request, _error_text(exc))
-        else:
-            verb = "Cancelled" if action == "cancel" else "Resumed"
-            messages.success(
-                request,
-                f"{verb} {len(outcome.done)} run{'s' if len(outcome.done) != 1 else ''}"
-                + (f"; {len(outcome.skipped)} skipped" if outcome.skipped else "")
-                + ".",
-            )
+            ),
+            lambda done: (
+                f"{verb} {len(done.done)} run{'s' if len(done.done) != 1 else ''}"
+                + (f"; {len(done.skipped)} skipped" if done.skipped else "")
+                + "."
+            ),
+        )
     elif request.method == "POST":
         messages.error(request, _form_errors(form))
     count = services.bulk_count(filters, action)

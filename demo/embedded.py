@@ -141,7 +141,17 @@ def postgres_start() -> str:
     if not (pg.data / "PG_VERSION").exists():
         say(f"==> creating the PostgreSQL cluster in {pg.data} (first run)")
         try:
-            pg.run("initdb", "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions")
+            # --no-sync: a cluster lost to a power cut in the next seconds is simply made again
+            pg.run(
+                "initdb",
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--no-instructions",
+            )
         except (OSError, subprocess.CalledProcessError) as exc:
             raise DemoError(f"initdb failed: {exc}\n{getattr(exc, 'stderr', '')}") from exc
     port = free_port()
@@ -234,8 +244,15 @@ def start() -> None:
     if not secret.exists():
         secret.write_text(secrets.token_urlsafe(48) + "\n")
         secret.chmod(0o600)
+    token = STATE / "worker-token"
+    if not token.exists():
+        # runs.authentication.generate_token's form (this runs before Django); demo_seed
+        # registers it, so the worker can start with it while the database is still migrating
+        token.write_text("alw_" + secrets.token_urlsafe(32) + "\n")
+        token.chmod(0o600)
     env = {  # PostgreSQL last: nothing after it can fail and leave it running
         "SECRET_KEY": secret.read_text().strip(),
+        "LEDGER_TOKEN": token.read_text().strip(),
         "CELERY_BROKER_URL": os.environ.get("CELERY_BROKER_URL") or broker(),
         "EMAIL_PORT": str(free_port()),
         "DATABASE_URL": os.environ.get("DATABASE_URL") or postgres_start(),

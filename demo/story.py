@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ RUN_TIMEOUT_SECONDS = 240.0
 EVICT_AFTER_STEP = 12
 # the story's pods get their crash points and recovery timing through the agent's step hooks
 # (agents/hooks.py); the agent itself has none
-CRASH_HOOKS = {"AGENT_HOOKS": "tests.agent_hooks"}
+CRASH_HOOKS = {"AGENT_HOOKS": "agents.crash_points"}
 POD_LEASE_TTL = 15
 
 # A pasted log: the customer's ticket is long enough that answering it would cost more tokens
@@ -228,19 +229,10 @@ def play_evicted(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
     name (as an orchestrator restarts a pod): it replays 0-12 from the journal and goes on."""
     tid = ticket_id(story.round_no, ticket)
     argv = pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by="ledger")
-    env = {**env, **CRASH_HOOKS}
-    crash_env = {**env, "AGENT_CRASH_AFTER_STEP": str(EVICT_AFTER_STEP)}
-    first = pod_run(name=f"pod-{tid}-1", argv=argv, env=crash_env, timeout=120)
-    story.pods["evicted-1"] = first
-    if first.returncode != -9:
-        story.problems.append(
-            f"{tid}: the pod was to be killed after step {EVICT_AFTER_STEP}, "
-            f"but it ended with status {first.returncode} (see {first.log.relative_to(ROOT)})"
-        )
-    second = pod_run(name=f"pod-{tid}-2", argv=argv, env=env, timeout=120)
-    story.pods["evicted-2"] = second
-    if second.outcome:
-        story.run_ids[ticket.number] = str(second.outcome.get("run_id"))
+    crash = {"AGENT_CRASH_AFTER_STEP": str(EVICT_AFTER_STEP)}
+    killed_and_replaced(
+        story, ticket, "evicted", argv, env, crash, f"after step {EVICT_AFTER_STEP}"
+    )
 
 
 def play_maybe_sent(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
@@ -249,17 +241,32 @@ def play_maybe_sent(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
     the step's intent without an outcome: unknown, so the run goes to the review queue."""
     tid = ticket_id(story.round_no, ticket)
     argv = pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by="nobody")
+    crash = {"AGENT_CRASH_INSIDE": "email.send"}
+    killed_and_replaced(story, ticket, "maybe-sent", argv, env, crash, "inside email.send")
+
+
+def killed_and_replaced(
+    story: Story,
+    ticket: Ticket,
+    label: str,
+    argv: list[str],
+    env: dict[str, str],
+    crash: dict[str, str],
+    where: str,
+) -> None:
+    """A pod killed (SIGKILL) at the crash point `crash` arms (agents/crash_points.py), then its
+    replacement, started at once with the same arguments and no crash point armed."""
+    tid = ticket_id(story.round_no, ticket)
     env = {**env, **CRASH_HOOKS}
-    crash_env = {**env, "AGENT_CRASH_INSIDE": "email.send"}
-    first = pod_run(name=f"pod-{tid}-1", argv=argv, env=crash_env, timeout=120)
-    story.pods["maybe-sent-1"] = first
+    first = pod_run(name=f"pod-{tid}-1", argv=argv, env={**env, **crash}, timeout=120)
+    story.pods[f"{label}-1"] = first
     if first.returncode != -9:
         story.problems.append(
-            f"{tid}: the pod was to be killed inside email.send, but it ended with status "
+            f"{tid}: the pod was to be killed {where}, but it ended with status "
             f"{first.returncode} (see {first.log.relative_to(ROOT)})"
         )
     second = pod_run(name=f"pod-{tid}-2", argv=argv, env=env, timeout=120)
-    story.pods["maybe-sent-2"] = second
+    story.pods[f"{label}-2"] = second
     if second.outcome:
         story.run_ids[ticket.number] = str(second.outcome.get("run_id"))
 
@@ -452,7 +459,7 @@ def wait_web(url: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            httpx.get(f"{url}/api/v1/schema/", timeout=2)
+            httpx.get(f"{url}/login/", timeout=2)  # a cheap page (the schema takes seconds)
             return
         except httpx.HTTPError:
             time.sleep(0.2)
@@ -481,16 +488,18 @@ def run_story(*, url: str, started: float, no_story: bool = False) -> None:
     dispatch_through_celery(story, celery_tickets)
     print(
         f"==> {ticket_id(story.round_no, by_role['evicted'])}: a worker process evicted "
-        f"(SIGKILL) after step {EVICT_AFTER_STEP}, then replaced",
-        flush=True,
-    )
-    play_evicted(story, by_role["evicted"], env)
-    print(
-        f"==> {ticket_id(story.round_no, by_role['maybe_sent'])}: a worker process killed "
+        f"(SIGKILL) after step {EVICT_AFTER_STEP}, then replaced; meanwhile "
+        f"{ticket_id(story.round_no, by_role['maybe_sent'])}: a worker process killed "
         "inside email.send, then replaced",
         flush=True,
     )
-    play_maybe_sent(story, by_role["maybe_sent"], env)
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two pods at once, as on a cluster
+        plays = [
+            pool.submit(play_evicted, story, by_role["evicted"], env),
+            pool.submit(play_maybe_sent, story, by_role["maybe_sent"], env),
+        ]
+        for play in plays:
+            play.result()
     wait_final(story, [t.number for t in celery_tickets])
     summary = summarise(story, tickets, started)
     (STATE / "summary.json").write_text(json.dumps(summary, indent=2, default=str))

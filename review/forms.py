@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 
 from review.selectors import RunFilters
+from review.services import POLICY_FIELDS, RULE_FIELDS
 from runs.constants import BUDGET_LIMITS, Resolution, RunStatus
 from runs.models import ApprovalRule, BudgetPolicy
 
@@ -44,19 +45,23 @@ class RunFilterForm(forms.Form):
         )
 
 
-def _note_field() -> forms.CharField:
+def note_field(
+    required: str = "A note is required: say what you checked and why.",
+    widget: forms.Widget | None = None,
+) -> forms.CharField:
+    """The note a person gives with a decision or an action (the services require it too)."""
     return forms.CharField(
         required=True,
         max_length=4000,
         strip=True,
-        error_messages={"required": "A note is required: say what you checked and why."},
-        widget=forms.Textarea(attrs={"rows": 3}),
+        error_messages={"required": required},
+        widget=widget or forms.Textarea(attrs={"rows": 3}),
     )
 
 
 class ResolveForm(forms.Form):
     action = forms.ChoiceField(choices=Resolution.choices)
-    note = _note_field()
+    note = note_field()
     confirm_repeat = forms.BooleanField(
         required=False, label="I understand the effect may happen twice"
     )
@@ -91,12 +96,16 @@ class DenyForm(forms.Form):
     )
 
 
-class ApprovalRuleForm(forms.ModelForm):
+class AuditedModelForm(forms.ModelForm):
+    """An admin's edit of a setting: the model's fields and a note for the audit log."""
+
     note = forms.CharField(required=False, max_length=2000, label="Note (for the audit log)")
 
+
+class ApprovalRuleForm(AuditedModelForm):
     class Meta:
         model = ApprovalRule
-        fields = ["agent", "tool_pattern", "approvals_required", "expires_after_seconds", "active"]
+        fields = list(RULE_FIELDS)  # what approval_rule_save takes
         labels = {
             "agent": "Agent (empty: every agent)",
             "tool_pattern": "Tool name pattern (* matches any text, e.g. email.*)",
@@ -137,7 +146,7 @@ class BulkDecideForm(forms.Form):
         error_messages={"required": "Tick the items to decide."},
     )
     action = forms.ChoiceField(choices=BULK_ACTIONS)
-    note = _note_field()
+    note = note_field()
     confirm_repeat = forms.BooleanField(required=False)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -176,7 +185,7 @@ class AssignForm(forms.Form):
 
 class DecideForm(forms.Form):
     action = forms.ChoiceField(choices=[("resume", "resume"), ("abandon", "abandon")])
-    note = _note_field()
+    note = note_field()
 
 
 class LimitsForm(forms.Form):
@@ -185,7 +194,7 @@ class LimitsForm(forms.Form):
     cost_usd = forms.DecimalField(required=False, min_value=0, max_digits=12, decimal_places=6)
     wall_seconds = forms.IntegerField(required=False, min_value=1)
     recoveries = forms.IntegerField(required=False, min_value=0)
-    note = _note_field()
+    note = note_field()
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -197,21 +206,10 @@ class LimitsForm(forms.Form):
         return {k: v for k, v in self.cleaned_data.items() if k != "note" and v is not None}
 
 
-class PolicyForm(forms.ModelForm):
-    note = forms.CharField(required=False, max_length=2000, label="Note (for the audit log)")
-
+class PolicyForm(AuditedModelForm):
     class Meta:
         model = BudgetPolicy
-        fields = [
-            "name",
-            "agent",
-            "is_default",
-            "max_steps",
-            "max_tokens",
-            "max_wall_seconds",
-            "max_cost_usd",
-            "max_recoveries",
-        ]
+        fields = list(POLICY_FIELDS)  # what budget_policy_save takes
         labels = {
             "agent": "Agent (empty for none)",
             "is_default": "Default policy (for agents without their own)",

@@ -25,7 +25,7 @@ from review.audit import audit_record
 from review.models import AuditEntry, Escalation, EscalationWebhook, LoginFailure, WebhookDelivery
 from review.roles import SUPERVISORS
 from runs import clock
-from runs.api_errors import ApplicationError
+from runs.api_errors import ApplicationError, invalid, note_required
 from runs.constants import BUDGET_LIMITS, EnforcedBy, Resolution, RunStatus, StepState
 from runs.models import ApprovalRule, BudgetPolicy, Run, Step, TokenScope, WorkerToken
 from runs.services import (
@@ -242,11 +242,8 @@ def review_step_assign(
             .first()
         )
         if person is None:
-            raise ApplicationError(
-                "validation_error",
-                f"{assignee} cannot decide review items.",
-                status_code=400,
-                details={"assignee": ["Not someone who may decide."]},
+            raise invalid(
+                "assignee", f"{assignee} cannot decide review items.", "Not someone who may decide."
             )
         previous = step.claimed_by.get_username() if step.claimed_by else None
         step.claimed_by = person
@@ -456,11 +453,10 @@ def budget_policy_save(
                 },
             )
         if not target.is_default and not target.agent:
-            raise ApplicationError(
-                "validation_error",
+            raise invalid(
+                "agent",
                 "A policy belongs to an agent or is the default.",
-                status_code=400,
-                details={"agent": ["Assign the policy to an agent, or make it the default."]},
+                "Assign the policy to an agent, or make it the default.",
             )
         if target.is_default:
             BudgetPolicy.objects.filter(is_default=True).exclude(pk=target.pk).update(
@@ -470,11 +466,10 @@ def budget_policy_save(
             with transaction.atomic():
                 target.save()
         except IntegrityError as exc:
-            raise ApplicationError(
-                "validation_error",
+            raise invalid(
+                "policy",
                 "The policy conflicts with another one (name or agent already used).",
-                status_code=400,
-                details={"policy": [str(exc).splitlines()[0]]},
+                str(exc).splitlines()[0],
             ) from exc
         audit_record(
             actor=user,
@@ -507,11 +502,10 @@ def approval_rule_save(
             with transaction.atomic():
                 target.save()
         except IntegrityError as exc:
-            raise ApplicationError(
-                "validation_error",
+            raise invalid(
+                "tool_pattern",
                 "A rule for this agent and tool pattern exists already.",
-                status_code=400,
-                details={"tool_pattern": ["Already has a rule."]},
+                "Already has a rule.",
             ) from exc
         audit_record(
             actor=user,
@@ -530,20 +524,10 @@ def mcp_tool_mark(*, user: AbstractBaseUser, tool_id: int, mark: str, note: str)
     """An admin says what an MCP upstream tool is: `read`, `write`, or "" (the upstream's hint
     stands). Proxies honour it from their next `tools/list`; audited as `mcp_tool.mark`."""
     if mark not in McpToolMark.values:
-        raise ApplicationError(
-            "validation_error",
-            f"A mark is one of {McpToolMark.values}.",
-            status_code=400,
-            details={"mark": [f"One of {McpToolMark.values}."]},
+        raise invalid(
+            "mark", f"A mark is one of {McpToolMark.values}.", f"One of {McpToolMark.values}."
         )
-    note = note.strip()
-    if not note:
-        raise ApplicationError(
-            "validation_error",
-            "Say why in a note.",
-            status_code=400,
-            details={"note": ["Required."]},
-        )
+    note = note_required(note, "Say why in a note.")
     with transaction.atomic():
         tool = McpTool.objects.select_for_update().get(pk=tool_id)
         before = tool.mark
@@ -579,12 +563,7 @@ def review_token_create(
 ) -> tuple[WorkerToken, str]:
     name = name.strip()
     if not name:
-        raise ApplicationError(
-            "validation_error",
-            "A token needs a name.",
-            status_code=400,
-            details={"name": ["Required."]},
-        )
+        raise invalid("name", "A token needs a name.", "Required.")
     with transaction.atomic():
         token, raw = worker_token_create(
             name=name,
@@ -763,12 +742,7 @@ def webhook_deliver(*, delivery_id: int) -> bool:
 
 def escalation_webhook_add(*, user: AbstractBaseUser, url: str, secret: str) -> EscalationWebhook:
     if not url.startswith(("http://", "https://")):
-        raise ApplicationError(
-            "validation_error",
-            "A webhook URL starts with http:// or https://.",
-            status_code=400,
-            details={"url": ["Must be http(s)."]},
-        )
+        raise invalid("url", "A webhook URL starts with http:// or https://.", "Must be http(s).")
     with transaction.atomic():
         webhook = EscalationWebhook.objects.create(
             url=url, secret=secret, created_by=user.get_username()

@@ -5,11 +5,12 @@ requests get the page's partial ("page.html#name"); without JavaScript, forms po
 """
 
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import wraps
 from typing import Any
 from uuid import UUID
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
@@ -282,20 +283,18 @@ def run_decide(request: HttpRequest, run_id: UUID) -> HttpResponse:
 @require_perm("raise_limits")
 def run_limits(request: HttpRequest, run_id: UUID) -> HttpResponse:
     run = _get_run(run_id)
-    form = LimitsForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, _form_errors(form))
-    else:
-        try:
-            raised = services.review_limits_raise(
+    form = _posted(request, LimitsForm)
+    if form is not None:
+        _tell(
+            request,
+            lambda: services.review_limits_raise(
                 user=request.user,  # type: ignore[arg-type]
                 run_id=run.pk,
                 note=form.cleaned_data["note"],
                 limits=form.limits(),
-            )
-            messages.success(request, limits_outcome(raised))
-        except ApplicationError as exc:
-            messages.error(request, _error_text(exc))
+            ),
+            limits_outcome,
+        )
     return HttpResponseRedirect(reverse("review:run", args=[run.pk]))
 
 
@@ -328,6 +327,46 @@ def _error_text(exc: ApplicationError) -> str:
     details = exc.details or {}
     extra = [f"{k}: {' '.join(map(str, v))}" for k, v in details.items() if isinstance(v, list)]
     return " ".join([exc.message, *extra])
+
+
+def _posted[F: forms.Form](request: HttpRequest, form_class: type[F]) -> F | None:
+    """The POSTed form when it is valid; otherwise None, its errors told as a message."""
+    form = form_class(request.POST)
+    if form.is_valid():
+        return form
+    messages.error(request, _form_errors(form))
+    return None
+
+
+def _tell[T](request: HttpRequest, call: Callable[[], T], ok: Callable[[T], str]) -> T | None:
+    """One service call for a page that answers with a redirect: a refusal becomes an error
+    message (with its field details) and None, a success the message `ok(result)` and the result."""
+    try:
+        result = call()
+    except ApplicationError as exc:
+        messages.error(request, _error_text(exc))
+        return None
+    messages.success(request, ok(result))
+    return result
+
+
+def _save_form[T](
+    request: HttpRequest,
+    form: forms.ModelForm,
+    fields: Iterable[str],
+    save: Callable[[dict[str, Any]], T],
+) -> T | None:
+    """An edit page's POST: `save` gets the valid form's `fields` and its note; a refusal goes on
+    the form (None). None too when nothing valid was posted."""
+    if request.method != "POST" or not form.is_valid():
+        return None
+    values = {f: form.cleaned_data[f] for f in fields}
+    values["note"] = form.cleaned_data.get("note", "")
+    try:
+        return save(values)
+    except ApplicationError as exc:
+        form.add_error(None, _error_text(exc))
+        return None
 
 
 # --- review queue ---------------------------------------------------------------------------------
@@ -516,25 +555,22 @@ def queue_resolve(request: HttpRequest, run_id: UUID, index: int) -> HttpRespons
 @require_perm("resolve")
 def queue_bulk(request: HttpRequest) -> HttpResponse:
     """One decision for the ticked queue items; back to the queue with what happened."""
-    form = BulkDecideForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, _form_errors(form))
-        return HttpResponseRedirect(reverse("review:queue"))
-    items = form.cleaned_data["items"]
-    try:
-        services.review_steps_decide(
-            user=request.user,  # type: ignore[arg-type]
-            items=items,
-            action=form.cleaned_data["action"],
-            note=form.cleaned_data["note"],
-            confirmed_may_repeat=form.cleaned_data["confirm_repeat"],
-        )
-    except ApplicationError as exc:
-        messages.error(request, _error_text(exc))
-    else:
-        messages.success(
+    form = _posted(request, BulkDecideForm)
+    if form is not None:
+        data = form.cleaned_data
+        items = data["items"]
+        _tell(
             request,
-            f"{len(items)} item{'s' if len(items) != 1 else ''} decided: {form.cleaned_data['action']}.",
+            lambda: services.review_steps_decide(
+                user=request.user,  # type: ignore[arg-type]
+                items=items,
+                action=data["action"],
+                note=data["note"],
+                confirmed_may_repeat=data["confirm_repeat"],
+            ),
+            lambda _: (
+                f"{len(items)} item{'s' if len(items) != 1 else ''} decided: {data['action']}."
+            ),
         )
     return HttpResponseRedirect(reverse("review:queue"))
 
@@ -637,22 +673,19 @@ def policies(request: HttpRequest) -> HttpResponse:
 def policy_edit(request: HttpRequest, policy_id: int | None = None) -> HttpResponse:
     policy = get_object_or_404(BudgetPolicy, pk=policy_id) if policy_id else None
     form = PolicyForm(request.POST or None, instance=policy)
-    if request.method == "POST" and form.is_valid():
-        values = {f: form.cleaned_data[f] for f in services.POLICY_FIELDS}
-        values["note"] = form.cleaned_data.get("note", "")
-        try:
-            saved = services.budget_policy_save(
-                user=request.user,  # type: ignore[arg-type]
-                policy=BudgetPolicy.objects.get(pk=policy.pk) if policy else None,
-                values=values,
-            )
-        except ApplicationError as exc:
-            form.add_error(None, _error_text(exc))
-        else:
-            messages.success(
-                request, f"Policy “{saved.name}” saved; new runs of its agents use it."
-            )
-            return HttpResponseRedirect(reverse("review:policies"))
+    saved = _save_form(
+        request,
+        form,
+        services.POLICY_FIELDS,
+        lambda values: services.budget_policy_save(
+            user=request.user,  # type: ignore[arg-type]
+            policy=BudgetPolicy.objects.get(pk=policy.pk) if policy else None,
+            values=values,
+        ),
+    )
+    if saved is not None:
+        messages.success(request, f"Policy “{saved.name}” saved; new runs of its agents use it.")
+        return HttpResponseRedirect(reverse("review:policies"))
     return render(
         request, "review/policy_form.html", {"nav": "policies", "form": form, "policy": policy}
     )
@@ -709,20 +742,19 @@ def approval_rules(request: HttpRequest) -> HttpResponse:
 def approval_rule_edit(request: HttpRequest, rule_id: int | None = None) -> HttpResponse:
     rule = get_object_or_404(ApprovalRule, pk=rule_id) if rule_id else None
     form = ApprovalRuleForm(request.POST or None, instance=rule)
-    if request.method == "POST" and form.is_valid():
-        values = {f: form.cleaned_data[f] for f in services.RULE_FIELDS}
-        values["note"] = form.cleaned_data.get("note", "")
-        try:
-            services.approval_rule_save(
-                user=request.user,  # type: ignore[arg-type]
-                rule=ApprovalRule.objects.get(pk=rule.pk) if rule else None,
-                values=values,
-            )
-        except ApplicationError as exc:
-            form.add_error(None, _error_text(exc))
-        else:
-            messages.success(request, "Approval rule saved.")
-            return HttpResponseRedirect(reverse("review:approval_rules"))
+    saved = _save_form(
+        request,
+        form,
+        services.RULE_FIELDS,
+        lambda values: services.approval_rule_save(
+            user=request.user,  # type: ignore[arg-type]
+            rule=ApprovalRule.objects.get(pk=rule.pk) if rule else None,
+            values=values,
+        ),
+    )
+    if saved is not None:
+        messages.success(request, "Approval rule saved.")
+        return HttpResponseRedirect(reverse("review:approval_rules"))
     return render(
         request,
         "review/approval_rule_form.html",
@@ -799,21 +831,19 @@ def mcp_tools(request: HttpRequest) -> HttpResponse:
 @require_perm("manage_policies")
 def mcp_tool_mark(request: HttpRequest, tool_id: int) -> HttpResponse:
     get_object_or_404(McpTool, pk=tool_id)
-    try:
-        tool = services.mcp_tool_mark(
+    _tell(
+        request,
+        lambda: services.mcp_tool_mark(
             user=request.user,  # type: ignore[arg-type]
             tool_id=tool_id,
             mark=request.POST.get("mark", ""),
             note=request.POST.get("note", ""),
-        )
-    except ApplicationError as exc:
-        messages.error(request, _error_text(exc))
-    else:
-        messages.success(
-            request,
+        ),
+        lambda tool: (
             f"{tool.server}/{tool.name} is now treated as a {tool.effect}; "
-            "proxies honour it from their next tools/list.",
-        )
+            "proxies honour it from their next tools/list."
+        ),
+    )
     return HttpResponseRedirect(reverse("review:mcp_tools"))
 
 

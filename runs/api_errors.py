@@ -51,6 +51,13 @@ def invalid(field: str, message: str, why: str) -> ApplicationError:
     return ApplicationError("validation_error", message, status_code=400, details={field: [why]})
 
 
+def note_required(note: str | None, message: str = "A note is required.") -> str:
+    """The note, stripped; a 400 naming `note` when there is none (a person says why they act)."""
+    if not note or not note.strip():
+        raise invalid("note", message, "Required.")
+    return note.strip()
+
+
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_code = "payload_too_large"

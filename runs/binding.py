@@ -71,23 +71,18 @@ class StepReplay:
         if not isinstance(index, int):
             self.problems.append((seq, f"a {type} event names no step index"))
             return
-        if type == EventType.STEP_INTENT:
-            self.steps[index] = BoundStep(
+        if type in (EventType.STEP_INTENT, EventType.STEP_COPIED):
+            bound = BoundStep(
                 seq=seq,
                 arguments_hash=payload.get("arguments_hash"),
                 intent={k: payload[k] for k in INTENT_FIELDS if k in payload},
             )
-            return
-        if type == EventType.STEP_COPIED:
-            self.steps[index] = BoundStep(
-                seq=seq,
-                arguments_hash=payload.get("arguments_hash"),
-                intent={k: payload[k] for k in INTENT_FIELDS if k in payload},
-                state=str(payload.get("state")),
-                result_hash=payload.get("result_hash"),
-                usage=payload.get("usage"),
-                resolution=payload.get("resolution"),
-            )
+            if type == EventType.STEP_COPIED:  # a fork's copy carries its outcome too
+                bound.state = str(payload.get("state"))
+                bound.result_hash = payload.get("result_hash")
+                bound.usage = payload.get("usage")
+                bound.resolution = payload.get("resolution")
+            self.steps[index] = bound
             return
         step = self.steps.get(index)
         if step is None:

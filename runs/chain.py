@@ -25,7 +25,8 @@ class ChainBreak:
 
 
 class StepRow(NamedTuple):
-    """The step columns the binding check reads, without building model instances."""
+    """A step's columns as plain values (`values_list(*STEP_COLUMNS)`), without building model
+    instances: what the binding check reads, and every column the audit export writes."""
 
     run_id: UUID
     index: int  # type: ignore[assignment]  # shadows tuple.index, on purpose
@@ -42,6 +43,7 @@ class StepRow(NamedTuple):
     usage_output_tokens: int
     usage_cost_usd: Decimal
     epoch: int
+    executions: int
     intent_at: datetime
     outcome_at: datetime | None
     resolution_action: str | None
@@ -50,7 +52,21 @@ class StepRow(NamedTuple):
     resolution_at: datetime | None
 
 
+class EventRow(NamedTuple):
+    """An event's columns as plain values (`values_list(*EVENT_COLUMNS)`): what chain_breaks reads."""
+
+    run_id: UUID
+    seq: int
+    type: str
+    payload: Any
+    actor: str
+    at: datetime
+    prev_hash: str
+    hash: str
+
+
 STEP_COLUMNS = StepRow._fields
+EVENT_COLUMNS = EventRow._fields
 
 
 def chain_breaks(

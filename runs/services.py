@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
 
 from runs import clock, kernel
-from runs.api_errors import ApplicationError, invalid
+from runs.api_errors import ApplicationError, invalid, note_required
 from runs.canonical import GENESIS_HASH, arguments_hash
 from runs.constants import (
     BUDGET_LIMITS,
@@ -869,13 +869,7 @@ def step_resolve(
 
 def run_review_decide(*, run_id: UUID | str, action: str, note: str, by: str) -> Run:
     """A run in review with no unknown step (a crash loop): resume it, or abandon it."""
-    if not note or not note.strip():
-        raise ApplicationError(
-            "validation_error",
-            "A note is required.",
-            status_code=400,
-            details={"note": ["Required."]},
-        )
+    note_required(note)
     with transition(run_id, actor=f"user:{by}") as t:
         run = t.run
         if run.status != RunStatus.NEEDS_REVIEW:
@@ -915,13 +909,7 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
 
     A run stopped by a limit that now has room again resumes.
     """
-    if not note or not note.strip():
-        raise ApplicationError(
-            "validation_error",
-            "A note is required.",
-            status_code=400,
-            details={"note": ["Required."]},
-        )
+    note_required(note)
     fields = {name: f"limit_{name}" for name in BUDGET_LIMITS}
     with transition(run_id, actor=f"user:{by}") as t:
         run = t.run
@@ -978,17 +966,6 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
 # --- run actions (the operator's console) -----------------------------------------------------
 
 
-def _note_required(note: str) -> str:
-    if not note or not note.strip():
-        raise ApplicationError(
-            "validation_error",
-            "A note is required.",
-            status_code=400,
-            details={"note": ["Required."]},
-        )
-    return note.strip()
-
-
 def run_cancel(*, run_id: UUID | str, by: str, note: str) -> Run:
     """An admin stops a run that is not final: it becomes `cancelled` (final).
 
@@ -998,7 +975,7 @@ def run_cancel(*, run_id: UUID | str, by: str, note: str) -> Run:
     journal says so). Unknown steps stay in the review queue: whether an email went out is still
     a question after the run is cancelled.
     """
-    note = _note_required(note)
+    note = note_required(note)
     with transition(run_id, actor=f"user:{by}") as t:
         run = t.run
         if run.status in FINAL_STATUSES:
@@ -1031,7 +1008,7 @@ def run_legal_hold(*, run_id: UUID | str, on: bool, by: str, note: str) -> Run:
     held is skipped by retention (kept). Refused with `legal_hold_unchanged` when the run is
     already in the state asked for (the message says since when and by whom).
     """
-    note = _note_required(note)
+    note = note_required(note)
     with transition(run_id, actor=f"user:{by}") as t:
         run = t.run
         if run.legal_hold == on:
@@ -1073,7 +1050,7 @@ def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
     (budgets belong to the run: a fork cannot buy a second budget) and a fresh deadline.
     Only steps with a recorded outcome (done or error) can be copied.
     """
-    note = _note_required(note)
+    note = note_required(note)
     with transition(run_id, actor=f"user:{by}") as t:
         original = t.run
         if not 0 <= index <= original.step_count:
@@ -1417,7 +1394,7 @@ def step_approve(*, run_id: UUID | str, index: int, by: str, note: str = "") -> 
 def step_deny(*, run_id: UUID | str, index: int, by: str, note: str) -> Step:
     """A person's denial: the step becomes `denied` with the note; the worker's next call for
     it is refused with `approval_denied`. Refused like `step_approve` when already decided."""
-    note = _note_required(note)
+    note = note_required(note)
     refusal: ApplicationError | None = None
     with transaction.atomic():
         run, step, request = _approval_locked(run_id, index)

@@ -3,7 +3,7 @@
 from django.db import transaction
 from django.utils import timezone
 
-from runs.api_errors import ApplicationError
+from runs.api_errors import invalid
 from runs.authentication import forget_principal, generate_token, hash_token
 from runs.models import TokenScope, WorkerToken
 
@@ -15,20 +15,17 @@ def worker_token_create(
     created_by: str = "",
     scopes: tuple[str, ...] = (),
     agents: tuple[str, ...] | list[str] = (),
+    raw: str | None = None,
 ) -> tuple[WorkerToken, str]:
     """A new token; `agents` limits it to those agents' runs (none: every agent), `scopes` adds
-    rights beyond the worker API (`tools:direct`)."""
+    rights beyond the worker API (`tools:direct`). `raw` registers a token chosen beforehand
+    (the demo hands its worker one before the database is migrated); by default a new one."""
     unknown = sorted(set(scopes) - set(TokenScope.values))
     if unknown:
-        raise ApplicationError(
-            "validation_error",
-            f"Unknown scope {unknown[0]!r}.",
-            status_code=400,
-            details={"scope": [f"One of {TokenScope.values}."]},
-        )
+        raise invalid("scope", f"Unknown scope {unknown[0]!r}.", f"One of {TokenScope.values}.")
     names = sorted({a.strip() for a in agents if a.strip()})
     scope = " ".join([TokenScope.WORKER, *sorted(set(scopes) - {TokenScope.WORKER})])
-    raw = generate_token()
+    raw = raw or generate_token()
     token = WorkerToken.objects.create(
         name=name,
         prefix=raw[:10],

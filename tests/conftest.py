@@ -197,10 +197,10 @@ def celery_on_own_redis() -> Iterator[None]:
         yield
 
 
-# every agent process the tests start (and the agent in this process) gets the harness's crash
-# points and recovery timing through the agent's step hooks; they fire only when armed
-# (AGENT_CRASH_* / AGENT_STOP_BEFORE_STEP in that process's environment)
-os.environ.setdefault("AGENT_HOOKS", "tests.agent_hooks")
+# every agent process the tests start (and the agent in this process) gets the crash points and
+# recovery timing the demo story uses too (agents/crash_points.py) through the agent's step hooks;
+# they fire only when armed (AGENT_CRASH_* / AGENT_STOP_BEFORE_STEP in that process's environment)
+os.environ.setdefault("AGENT_HOOKS", "agents.crash_points")
 
 
 def _reseed_default_policy(sender: Any, **kwargs: Any) -> None:

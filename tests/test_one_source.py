@@ -158,3 +158,48 @@ def test_a_tools_refusal_is_an_application_error_in_the_one_envelope():
             "details": {"ticket_id": 3},
         }
     }
+
+
+def references_to_the_test_tree(source: str, where: str) -> list[str]:
+    """`where:line: what` for every import of the `tests` package and every dotted module path
+    into it spelled as a string (an `AGENT_HOOKS=tests.…` value, an `importlib` name)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] if node.level == 0 else []
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value] if TEST_MODULE.match(node.value) else []
+        else:
+            continue
+        found += [f"{where}:{node.lineno}: {n}" for n in names if n.split(".")[0] == "tests"]
+    return found
+
+
+TEST_MODULE = re.compile(r"^tests(\.\w+)+$")
+
+
+def test_product_code_and_the_demo_do_not_reach_into_the_test_tree():
+    """A product command (the demo story) once armed its crash points from tests/agent_hooks.py:
+    a checkout without tests/ could not tell the story. The crash points live in agents/ now."""
+    found = []
+    for package in (*PRODUCT, "demo"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = str(path.relative_to(ROOT))
+            found += references_to_the_test_tree(path.read_text(encoding="utf-8"), relative)
+    assert found == []
+
+
+def test_the_test_tree_search_finds_an_import_and_a_module_path():
+    source = (
+        "import tests.processes\n"
+        "from tests.agents import fixtures\n"
+        "HOOKS = {'AGENT_HOOKS': 'tests.agent_hooks'}\n"
+        "WORDS = 'tests pass'\n"
+    )
+    assert references_to_the_test_tree(source, "x.py") == [
+        "x.py:1: tests.processes",
+        "x.py:2: tests.agents",
+        "x.py:3: tests.agent_hooks",
+    ]

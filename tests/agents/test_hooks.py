@@ -1,5 +1,5 @@
 """The support agent's one seam for tests, the bench and demos: its step hooks (agents/hooks.py).
-The crash points live in the harness (tests/agent_hooks.py), not in the agent."""
+The crash points live beside the agent (agents/crash_points.py), not in it."""
 
 from pathlib import Path
 
@@ -14,7 +14,7 @@ def test_without_hooks_the_agent_has_no_crash_points_and_no_timing_fields(
     desk: AgentDesk,
 ) -> None:
     ticket, customer = desk.new_ticket()
-    # the harness's crash point is armed, but no hook module is installed to act on it
+    # the crash point is armed, but no hook module is installed to act on it
     result = desk.run(ticket, customer, AGENT_HOOKS="", AGENT_CRASH_AFTER_STEP="3")
     assert result.returncode == 0, result.stderr
     assert result.summary["status"] == "completed"
@@ -25,7 +25,7 @@ def test_hooks_see_each_step_before_inside_and_after_then_replayed_on_resume(
     desk: AgentDesk, tmp_path: Path
 ) -> None:
     record = tmp_path / "hooks.txt"
-    hooks = "tests.agents.recording_hooks,tests.agent_hooks"
+    hooks = "tests.agents.recording_hooks,agents.crash_points"
     ticket, customer = desk.new_ticket()
     killed = desk.run(
         ticket,

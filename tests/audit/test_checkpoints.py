@@ -159,17 +159,17 @@ def test_admins_acknowledge_an_alert_with_a_note(
 
 def test_export_rows_render_exactly_like_the_journal_api(db: Any) -> None:
     """The export reads plain rows for speed; they must render as runs.representations does."""
-    from audit.exports import EVENT_FIELDS, STEP_FIELDS, EventRow, StepRow
+    from runs.chain import EVENT_COLUMNS, STEP_COLUMNS, EventRow, StepRow
     from runs.models import Step
     from runs.representations import event_json, step_json
 
     run_id = runs_bulk_create(runs=10, steps_per_run=3)[0]  # run 0 has a resolved step
     steps = Step.objects.filter(run_id=run_id).order_by("index")
-    step_rows = steps.values_list(*STEP_FIELDS)
+    step_rows = steps.values_list(*STEP_COLUMNS)
     assert [step_json(StepRow(*r)) for r in step_rows] == [step_json(s) for s in steps]
     assert step_json(steps[2])["resolution"] is not None
     events = Event.objects.filter(run_id=run_id).order_by("seq")
-    event_rows = events.values_list(*EVENT_FIELDS)
+    event_rows = events.values_list(*EVENT_COLUMNS)
     assert [event_json(EventRow(*r)) for r in event_rows] == [event_json(e) for e in events]
 
 

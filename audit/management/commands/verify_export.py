@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.verify import load_public_key, render_report, verify_export_file
+from audit.verify import add_arguments, load_public_key, render_report, verify_export_file
 
 
 class Command(BaseCommand):
@@ -18,14 +18,7 @@ class Command(BaseCommand):
     requires_migrations_checks = False
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("file", help="the .jsonl export")
-        parser.add_argument(
-            "--public-key",
-            required=True,
-            action="append",
-            help="the signing public key: base64 of its 32 bytes, PEM, or a file holding either; "
-            "repeat it when the checkpoints span a key rotation",
-        )
+        add_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = Path(options["file"])

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import connection
 
 from review.services import budget_policy_save
 from runs.authentication import hash_token
@@ -38,7 +39,8 @@ def private_write(path: Path, text: str, mode: str = "w") -> None:
 class Command(BaseCommand):
     help = (
         "Migrate the database, then create the demo's users (supervisor, admin, auditor: passwords printed once and kept in "
-        "STATE/credentials.txt), its worker token (STATE/worker-token, reused while valid) and "
+        "STATE/credentials.txt), register its worker token (STATE/worker-token; a new one when "
+        "there is none or it was revoked) and "
         "the support and research agents' budget policies. Running it again changes nothing."
     )
 
@@ -52,6 +54,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, state: Path, **options: Any) -> None:
         state.mkdir(exist_ok=True)
+        with connection.cursor() as cursor:
+            # this session only: a demo database lost to a power cut is seeded again; the web
+            # server and the workers commit as usual
+            cursor.execute("SET synchronous_commit TO off")
         call_command("migrate", interactive=False, verbosity=0)  # one Django start-up, not two
         created = []
         for name, group_name in USERS:
@@ -82,9 +88,20 @@ class Command(BaseCommand):
 
         token_file = state / "worker-token"
         raw = token_file.read_text().strip() if token_file.exists() else ""
-        if not WorkerToken.objects.filter(token_hash=hash_token(raw), revoked_at=None).exists():
-            _, raw = worker_token_create(name="demo-workers", created_by="manage.py demo_seed")
+        known = WorkerToken.objects.filter(token_hash=hash_token(raw)).first() if raw else None
+        if known is None or known.revoked_at is not None:
+            # the token `python -m demo.embedded start` chose (the worker already has it in its
+            # environment); a new one when there is none or it was revoked
+            mine = raw if raw and known is None else None
+            _, raw = worker_token_create(
+                name="demo-workers", created_by="manage.py demo_seed", raw=mine
+            )
             private_write(token_file, raw + "\n")
+            if known is not None:
+                self.stdout.write(
+                    "The demo's worker token was revoked: a new one is in .demo/worker-token "
+                    "(the Celery worker uses it from the next start)."
+                )
         self.stdout.write(f"Worker token (Authorization: Bearer …): {raw}")
 
         admin = User.objects.get(username="admin")

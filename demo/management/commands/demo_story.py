@@ -5,6 +5,7 @@ import signal
 import time
 from typing import Any
 
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from demo.story import run_story
@@ -25,13 +26,23 @@ class Command(BaseCommand):
         )
         parser.add_argument("--no-story", action="store_true", help="only wait and print where")
         parser.add_argument(
+            "--seed",
+            action="store_true",
+            help="run demo_seed first, in this process (migrations, users, token, policies): "
+            "the demo's web server and workers start meanwhile",
+        )
+        parser.add_argument(
             "--stay",
             action="store_true",
             help="then wait until stopped (a Procfile's processes end together: the demo's "
             "services keep running while this one does)",
         )
 
-    def handle(self, *args: Any, url: str, no_story: bool, stay: bool, **options: Any) -> None:
+    def handle(
+        self, *args: Any, url: str, no_story: bool, seed: bool, stay: bool, **options: Any
+    ) -> None:
+        if seed:
+            call_command("demo_seed", stdout=self.stdout)
         started = float(os.environ.get("DEMO_STARTED_AT") or time.time())
         run_story(url=url.rstrip("/"), started=started, no_story=no_story)
         if stay:

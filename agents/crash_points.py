@@ -1,6 +1,7 @@
 """Crash points and recovery timing for the support agent, installed through its step hooks
-(`AGENT_HOOKS=tests.agent_hooks`, see agents/hooks.py). Used by the tests, the bench and the
-demo story; the agent itself knows nothing of them.
+(`AGENT_HOOKS=agents.crash_points`, see agents/hooks.py). One home for the demo story (its
+evicted and "maybe sent" pods) and the tests; the agent itself knows nothing of them, and
+nothing here fires unless its variable is set in the process's environment.
 
 Crash points, read from the environment when a step reaches them:
 
