@@ -467,13 +467,6 @@ def run_heartbeat(*, run_id: UUID | str, epoch: int) -> kernel.HeartbeatAnswer:
     return kernel.heartbeat(run_id=run_id, epoch=epoch)
 
 
-@dataclass(frozen=True)
-class IntentResult:
-    step: Step
-    created: bool
-    budget_refusal: ApplicationError | None = None
-
-
 def step_intent_record(
     *,
     run_id: UUID | str,
@@ -486,7 +479,7 @@ def step_intent_record(
     enforced_by: str | None = None,
     outcome: dict[str, Any] | None = None,
     actor: str,
-) -> IntentResult:
+) -> kernel.StepAnswer:
     """Journal a step's intent before it runs (or, for a read step, intent and outcome at once).
 
     Index `step_count` is a new step and consumes one step of budget; a lower index is a replay
@@ -503,7 +496,7 @@ def step_intent_record(
         raise invalid(
             "enforced_by", "Only write steps name who enforces them.", "Not allowed on a read step."
         )
-    answer = kernel.step_intent(
+    return kernel.step_intent(
         run_id=run_id,
         epoch=epoch,
         index=index,
@@ -515,16 +508,6 @@ def step_intent_record(
         outcome=outcome,
         actor=actor,
     )
-    return IntentResult(
-        step=answer.step, created=answer.created, budget_refusal=answer.budget_refusal
-    )
-
-
-@dataclass(frozen=True)
-class OutcomeResult:
-    step: Step
-    run: Run
-    budget_refusal: ApplicationError | None = None
 
 
 def step_outcome_record(
@@ -536,13 +519,13 @@ def step_outcome_record(
     result: Any,
     usage: dict[str, Any] | None = None,
     actor: str,
-) -> OutcomeResult:
+) -> kernel.StepAnswer:
     """Record what a step did. The same outcome twice is a no-op; a different one a conflict.
 
     Usage is a fact (the tokens were spent), so an outcome that crosses a limit is recorded and
     then the run moves to budget_exceeded; the caller answers 409 so the worker stops.
     """
-    answer = kernel.step_outcome(
+    return kernel.step_outcome(
         run_id=run_id,
         index=index,
         epoch=epoch,
@@ -551,7 +534,6 @@ def step_outcome_record(
         usage=usage,
         actor=actor,
     )
-    return OutcomeResult(step=answer.step, run=answer.run, budget_refusal=answer.budget_refusal)
 
 
 FINISH_EVENTS = {
@@ -1315,6 +1297,17 @@ def _expire_if_due(
     return _approval_refusal(run, step, request)
 
 
+def _approval_opened(
+    run_id: UUID | str, index: int
+) -> tuple[Run, Step, ApprovalRequest, datetime, ApplicationError | None]:
+    """The locked run, step and request, the time, and why they may not be decided now (None:
+    they may; an expired request is recorded as expired first)."""
+    run, step, request = _approval_locked(run_id, index)
+    now = clock.now()
+    refusal = _approval_refusal(run, step, request) or _expire_if_due(run, step, request, now=now)
+    return run, step, request, now, refusal
+
+
 def step_approve(*, run_id: UUID | str, index: int, by: str, note: str = "") -> Step:
     """One person's approval of a step waiting for it; the last one needed moves it to `intent`.
 
@@ -1327,11 +1320,7 @@ def step_approve(*, run_id: UUID | str, index: int, by: str, note: str = "") -> 
     """
     refusal: ApplicationError | None = None
     with transaction.atomic():
-        run, step, request = _approval_locked(run_id, index)
-        now = clock.now()
-        refusal = _approval_refusal(run, step, request) or _expire_if_due(
-            run, step, request, now=now
-        )
+        run, step, request, now, refusal = _approval_opened(run_id, index)
         if refusal is None:
             given = list(request.approvals.all())
             mine = next((a for a in given if a.by == by), None)
@@ -1397,11 +1386,7 @@ def step_deny(*, run_id: UUID | str, index: int, by: str, note: str) -> Step:
     note = note_required(note)
     refusal: ApplicationError | None = None
     with transaction.atomic():
-        run, step, request = _approval_locked(run_id, index)
-        now = clock.now()
-        refusal = _approval_refusal(run, step, request) or _expire_if_due(
-            run, step, request, now=now
-        )
+        run, step, request, now, refusal = _approval_opened(run_id, index)
         if refusal is None:
             _approval_end(
                 run,
