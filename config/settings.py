@@ -139,6 +139,12 @@ DATABASE_ROUTERS = ["config.routers.ReplicaRouter"]
 LEDGER_REPLICA_LAG_WARN_SECONDS = float(os.environ.get("LEDGER_REPLICA_LAG_WARN_SECONDS", "5"))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Password hashers, first one hashes (dotted paths, comma-separated). Unset: Django's own list
+# (PBKDF2, 1.5 million iterations: a second or so a hash on a small machine). Only the test
+# harness sets it (tests/conftest.py: a fast hasher for itself and the servers it starts); a
+# deployment leaves it unset.
+if os.environ.get("PASSWORD_HASHERS", "").strip():
+    PASSWORD_HASHERS = [h.strip() for h in os.environ["PASSWORD_HASHERS"].split(",") if h.strip()]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

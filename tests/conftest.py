@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 from django.apps import apps as django_apps
+from django.conf import settings
+from django.contrib.auth.hashers import get_hashers, get_hashers_by_algorithm
 from django.db import connection
 from django.db.models.signals import post_migrate
 from rest_framework.test import APIClient
@@ -100,7 +102,6 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
     if os.environ.get("TEST_THROUGH_PGBOUNCER") != "1":
         yield
         return
-    from django.conf import settings
     from django.db import connections
 
     from tests.scale.helpers import pgbouncer
@@ -196,6 +197,14 @@ def celery_on_own_redis() -> Iterator[None]:
     with celery_app_on(redis_url()):
         yield
 
+
+# Django's PBKDF2 takes about a second a password here, and the suite makes hundreds of users:
+# the session, and every server or worker it starts (they inherit the environment and must verify
+# what the session wrote), hash with MD5, through the deployment setting PASSWORD_HASHERS.
+os.environ.setdefault("PASSWORD_HASHERS", "django.contrib.auth.hashers.MD5PasswordHasher")
+settings.PASSWORD_HASHERS = os.environ["PASSWORD_HASHERS"].split(",")  # settings loaded already
+get_hashers.cache_clear()
+get_hashers_by_algorithm.cache_clear()
 
 # every agent process the tests start (and the agent in this process) gets the crash points and
 # recovery timing the demo story uses too (agents/crash_points.py) through the agent's step hooks;

@@ -1,4 +1,4 @@
 """The console's tests use the dashboard's fixtures (users per group, logged-in clients)."""
 
 from tests.review.browser import review_server  # noqa: F401  (fixture)
-from tests.review.conftest import client_for, fast_password_hasher, groups, make_user  # noqa: F401
+from tests.review.conftest import client_for, groups, make_user  # noqa: F401

@@ -24,11 +24,6 @@ from tools.models import Ticket
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hasher() -> None:
-    """The dashboard's tests hash with MD5; gunicorn only knows the production hashers."""
-
-
 def the_run(ticket: str) -> Run:
     return Run.objects.get(agent="support", external_id=f"ticket:{ticket}")
 

@@ -106,9 +106,8 @@ def _client_as(who: str) -> Client:
     ],
 )
 def test_only_a_live_worker_token_reaches_the_worker_api_and_the_gateway(
-    leased_run: dict[str, Any], who: str, settings: Any
+    leased_run: dict[str, Any], who: str
 ) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     client = _client_as(who)
     for method, path, body in _api_calls(leased_run["id"], leased_run["epoch"]):
         before = snapshot(leased_run["id"])

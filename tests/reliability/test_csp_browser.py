@@ -27,14 +27,11 @@ def dashboard(transactional_db: Any) -> Iterator[str]:
         yield url
 
 
-def test_dashboard_pages_load_with_no_csp_violation(
-    dashboard: str, settings: Any, browser: Any
-) -> None:
+def test_dashboard_pages_load_with_no_csp_violation(dashboard: str, browser: Any) -> None:
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian chromium is not installed")
     from tests.review.factories import killed_support_run, user_in
 
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     item = killed_support_run(external_id=f"csp-{secrets.token_hex(3)}")
     client = Client()
     client.force_login(user_in("supervisors", "csp-sup"))

@@ -16,10 +16,9 @@ SQL = "'; DROP TABLE runs_event; --"
 
 
 @pytest.fixture
-def fast_hasher(settings: Any) -> None:
+def signing_key(settings: Any) -> None:
     from audit.signing import private_key_generate
 
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.AUDIT_SIGNING_KEY = private_key_generate()
 
 
@@ -44,7 +43,7 @@ def _as(group: str, username: str) -> Client:
 
 
 def test_html_and_sql_in_journal_data_render_escaped_on_every_page(
-    hostile_run: str, fast_hasher: None
+    hostile_run: str, signing_key: None
 ) -> None:
     client = _as("supervisors", "xss-sup")
     for path in ["/", f"/runs/{hostile_run}/", "/?q=" + XSS]:
@@ -57,7 +56,7 @@ def test_html_and_sql_in_journal_data_render_escaped_on_every_page(
     assert "&lt;script&gt;alert(" in transcript  # shown, as text
 
 
-def test_exports_carry_hostile_data_as_data(hostile_run: str, fast_hasher: None) -> None:
+def test_exports_carry_hostile_data_as_data(hostile_run: str, signing_key: None) -> None:
     client = _as("auditors", "xss-auditor")
     response = client.get(f"/audit/runs/{hostile_run}/export?format=jsonl")
     assert response.status_code == 200
@@ -84,7 +83,7 @@ def test_exports_carry_hostile_data_as_data(hostile_run: str, fast_hasher: None)
     ],
 )
 def test_path_traversal_in_export_and_static_names_finds_nothing(
-    db: Any, path: str, fast_hasher: None
+    db: Any, path: str, signing_key: None
 ) -> None:
     client = _as("auditors", "traversal-auditor")
     response = client.get(path)
@@ -95,7 +94,7 @@ def test_path_traversal_in_export_and_static_names_finds_nothing(
 
 @pytest.mark.parametrize("fmt", ["../../../../tmp/x", "jsonl/../../x", "csv\x00", "JSONL"])
 def test_an_export_format_that_is_not_one_of_ours_is_refused(
-    hostile_run: str, fmt: str, fast_hasher: None
+    hostile_run: str, fmt: str, signing_key: None
 ) -> None:
     client = _as("auditors", "format-auditor")
     response = client.get(f"/audit/runs/{hostile_run}/export", {"format": fmt})
@@ -103,7 +102,7 @@ def test_an_export_format_that_is_not_one_of_ours_is_refused(
 
 
 def test_an_export_job_file_lives_in_the_export_directory_whatever_the_filters(
-    db: Any, fast_hasher: None
+    db: Any, signing_key: None
 ) -> None:
     from audit.exports import export_filters_parse, export_job_create
     from tests.review.factories import user_in
@@ -118,7 +117,7 @@ def test_an_export_job_file_lives_in_the_export_directory_whatever_the_filters(
 
 @pytest.mark.parametrize("agent", ["../../etc/passwd", "a\x00b", XSS, SQL])
 def test_the_export_form_takes_hostile_filters_as_data_never_a_500(
-    db: Any, agent: str, fast_hasher: None
+    db: Any, agent: str, signing_key: None
 ) -> None:
     client = _as("auditors", "form-auditor")
     response = client.post("/audit/exports/", {"agent": agent, "format": "jsonl"})

@@ -130,10 +130,9 @@ def test_session_and_csrf_cookies_are_secure_and_httponly_when_not_debugging(db:
 
 
 @pytest.fixture
-def throttled_user(db: Any, settings: Any) -> str:
+def throttled_user(db: Any) -> str:
     from tests.review.factories import user_in
 
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     user_in("supervisors", "victim")
     return "victim"
 

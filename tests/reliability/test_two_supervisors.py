@@ -54,13 +54,8 @@ def _assert_one_decision(item: Any, names: set[str]) -> str:
     return str(step.resolution_by)
 
 
-@pytest.fixture
-def fast_hasher(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def test_two_supervisors_resolving_at_once_through_the_service_make_one_decision(
-    transactional_db: Any, fast_hasher: None
+    transactional_db: Any,
 ) -> None:
     from review.services import review_step_resolve
 
@@ -114,7 +109,7 @@ def _session_for(user: User, base_url: str) -> httpx.Client:
 
 
 def test_two_supervisors_posting_the_resolve_form_at_once_make_one_decision(
-    dashboard_url: str, fast_hasher: None
+    dashboard_url: str,
 ) -> None:
     alice, bob = _supervisors()
     sessions = [_session_for(alice, dashboard_url), _session_for(bob, dashboard_url)]

@@ -39,9 +39,3 @@ def client_for(groups: None) -> Callable[..., Client]:
 @pytest.fixture
 def unknown_step(db: Any) -> UnknownStep:
     return killed_support_run()
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hasher(settings: Any) -> None:
-    """PBKDF2 costs ~0.3 s per password; the tests create many users."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
