@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.apps import apps as django_apps
 from django.conf import settings
-from django.contrib.auth.hashers import get_hashers, get_hashers_by_algorithm
+from django.core.signals import setting_changed
 from django.db import connection
 from django.db.models.signals import post_migrate
 from rest_framework.test import APIClient
@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 from runs.default_policy import seed_default_policy
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
+from tests.database import create_test_database, destroy_test_database
 from tests.processes import (  # noqa: F401  (names other test modules import from here)
     ROOT,
     free_port,
@@ -94,11 +95,29 @@ from tests.review.browser import browser  # noqa: E402, F401  (fixture)
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
-    """pytest-django's test database; with TEST_THROUGH_PGBOUNCER=1 every connection of the
-    session (and of the servers and workers it starts, which take test_database_url()) then goes
-    through a PgBouncer in transaction pooling mode. scripts/test runs the API, recovery and
-    dashboard groups that way, with DATABASE_POOLER=pgbouncer as a deployment behind it sets."""
+def django_db_setup(
+    request: pytest.FixtureRequest,
+    django_test_environment: None,
+    django_db_modify_db_settings: None,
+    django_db_blocker: Any,
+) -> Iterator[None]:
+    """This process's test database, a copy of a migrated template (tests/database.py) in place
+    of pytest-django's migrating one per xdist worker; with TEST_THROUGH_PGBOUNCER=1 every
+    connection of the session (and of the servers and workers it starts, which take
+    test_database_url()) then goes through a PgBouncer in transaction pooling mode. scripts/test
+    runs the API, recovery and dashboard groups that way, with DATABASE_POOLER=pgbouncer as a
+    deployment behind it sets."""
+    original_name = connection.settings_dict["NAME"]
+    with django_db_blocker.unblock():
+        create_test_database(rebuild=request.config.getoption("create_db"))
+    try:
+        yield from _through_pgbouncer_if_asked(django_db_blocker)
+    finally:
+        with django_db_blocker.unblock():
+            destroy_test_database(original_name)
+
+
+def _through_pgbouncer_if_asked(django_db_blocker: Any) -> Iterator[None]:
     if os.environ.get("TEST_THROUGH_PGBOUNCER") != "1":
         yield
         return
@@ -203,8 +222,7 @@ def celery_on_own_redis() -> Iterator[None]:
 # what the session wrote), hash with MD5, through the deployment setting PASSWORD_HASHERS.
 os.environ.setdefault("PASSWORD_HASHERS", "django.contrib.auth.hashers.MD5PasswordHasher")
 settings.PASSWORD_HASHERS = os.environ["PASSWORD_HASHERS"].split(",")  # settings loaded already
-get_hashers.cache_clear()
-get_hashers_by_algorithm.cache_clear()
+setting_changed.send(None, setting="PASSWORD_HASHERS", value=settings.PASSWORD_HASHERS, enter=True)
 
 # every agent process the tests start (and the agent in this process) gets the crash points and
 # recovery timing the demo story uses too (agents/crash_points.py) through the agent's step hooks;

@@ -1,0 +1,118 @@
+"""The test database: migrated once into a template, then cloned for each pytest process.
+
+Migrating takes 10 s or more here (partitioned tables, the kernel's SQL functions), and every
+xdist worker needs a database of its own. The first process to need one migrates
+`<TEST_DATABASE_NAME>_template` and labels it (COMMENT ON DATABASE) with a fingerprint of what
+builds the schema: every migration file, the SQL files and project modules the migrations read,
+Django's version. Each process then clones the template (CREATE DATABASE ... TEMPLATE: a fraction
+of a second). A later session reuses the template only while the fingerprint matches, so a
+changed or added migration rebuilds it: never a stale schema. `pytest --create-db` rebuilds it
+regardless. The template stays on the server between sessions; the clones are dropped at the end.
+"""
+
+import ast
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import django
+from django.apps import apps
+from django.conf import settings
+from django.db import connection, connections
+
+from tests.processes import ROOT
+
+# the session's name before pytest-django gives each xdist worker its suffix
+BASE_TEST_NAME = settings.DATABASES["default"]["TEST"]["NAME"]
+TEMPLATE_NAME = f"{BASE_TEST_NAME}_template"
+
+
+def _schema_sources() -> list[Path]:
+    """Every file that decides what `migrate` builds: the project's migrations, the SQL files
+    next to them, and the project modules a migration imports (seeding functions, roles)."""
+    files: set[Path] = set()
+    for app in apps.get_app_configs():
+        folder = Path(app.path)
+        if ROOT not in folder.parents:
+            continue
+        migrations = sorted((folder / "migrations").glob("*.py"))
+        files.update(migrations)
+        files.update(p for p in (folder / "sql").rglob("*") if p.is_file())
+        for migration in migrations:
+            for node in ast.walk(ast.parse(migration.read_text())):
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
+                for name in names:
+                    module = ROOT / (name.replace(".", "/") + ".py")
+                    if module.is_file():
+                        files.add(module)
+    return sorted(files)
+
+
+def schema_fingerprint() -> str:
+    digest = hashlib.sha256(f"django {django.__version__}\n".encode())
+    for path in _schema_sources():
+        digest.update(f"{path.relative_to(ROOT)}\n".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _template_label(cursor: Any) -> str | None:
+    cursor.execute(
+        "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+        [TEMPLATE_NAME],
+    )
+    row = cursor.fetchone()
+    return None if row is None else (row[0] or "")
+
+
+def _build_template(fingerprint: str) -> None:
+    """Migrates a fresh template database (Django's own test database creation) and labels it."""
+    test_settings = connection.settings_dict["TEST"]
+    original_test_name, original_name = test_settings["NAME"], connection.settings_dict["NAME"]
+    test_settings["NAME"] = TEMPLATE_NAME
+    try:
+        connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    finally:
+        connection.close()
+        test_settings["NAME"] = original_test_name
+        connection.settings_dict["NAME"] = original_name
+        settings.DATABASES[connection.alias]["NAME"] = original_name
+    with connection._nodb_cursor() as cursor:
+        cursor.execute(f'COMMENT ON DATABASE "{TEMPLATE_NAME}" IS %s', [fingerprint])
+
+
+def create_test_database(*, rebuild: bool = False) -> str:
+    """Creates this process's test database from the template (built first if missing, stale, or
+    `rebuild`), points the default connection at it, and returns its name."""
+    fingerprint = schema_fingerprint()
+    name = connection.settings_dict["TEST"]["NAME"]  # with its xdist suffix
+    assert name != TEMPLATE_NAME
+    connection.close()
+    with connection._nodb_cursor() as cursor:
+        # one process at a time checks, builds and copies the template (xdist workers start
+        # together); the lock is this session's and ends with it
+        cursor.execute("SELECT pg_advisory_lock(hashtext(%s))", [TEMPLATE_NAME])
+        try:
+            if rebuild or _template_label(cursor) != fingerprint:
+                _build_template(fingerprint)
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            cursor.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_NAME}"')
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [TEMPLATE_NAME])
+    settings.DATABASES[connection.alias]["NAME"] = name
+    connection.settings_dict["NAME"] = name
+    for other in connections.all():  # a replica in the settings reads the same database
+        if other.settings_dict["TEST"].get("MIRROR") == connection.alias:
+            other.creation.set_as_test_mirror(connection.settings_dict)
+    connection.ensure_connection()
+    return name
+
+
+def destroy_test_database(original_name: str) -> None:
+    connection.creation.destroy_test_db(original_name, verbosity=0)

@@ -1,0 +1,32 @@
+"""The suite's test database is a copy of a migrated template that is rebuilt whenever what builds
+the schema changes (tests/database.py): these tests pin down what "what builds the schema" is."""
+
+from typing import Any
+
+from django.db import connection
+
+from tests.database import TEMPLATE_NAME, _schema_sources, schema_fingerprint
+from tests.processes import ROOT
+
+
+def test_the_fingerprint_covers_every_migration_the_sql_they_read_and_the_code_they_import() -> (
+    None
+):
+    sources = {str(path.relative_to(ROOT)) for path in _schema_sources()}
+    migrations = {str(p.relative_to(ROOT)) for p in ROOT.glob("*/migrations/*.py")}
+    sql = {str(p.relative_to(ROOT)) for p in ROOT.glob("runs/sql/*.sql")}
+    assert migrations and sql
+    assert migrations | sql <= sources
+    # the seeding and permission functions data migrations call
+    assert {"runs/default_policy.py", "review/roles.py"} <= sources
+
+
+def test_this_sessions_database_was_copied_from_a_template_of_the_current_schema(db: Any) -> None:
+    with connection._nodb_cursor() as cursor:
+        cursor.execute(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+            [TEMPLATE_NAME],
+        )
+        (label,) = cursor.fetchone()
+    assert label == schema_fingerprint()
+    assert connection.settings_dict["NAME"] != TEMPLATE_NAME
