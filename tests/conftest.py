@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 from runs.default_policy import seed_default_policy
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
-from tests.database import create_test_database, destroy_test_database
+from tests.database import create_test_database, destroy_test_database, quick_sql_flush
 from tests.processes import (  # noqa: F401  (names other test modules import from here)
     ROOT,
     free_port,
@@ -115,6 +115,16 @@ def django_db_setup(
     finally:
         with django_db_blocker.unblock():
             destroy_test_database(original_name)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quick_flush() -> Iterator[None]:
+    """The flush that ends each `transactional_db` test, by DELETE (tests/database.py)."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DatabaseOperations, "sql_flush", quick_sql_flush)
+        yield
 
 
 def _through_pgbouncer_if_asked(django_db_blocker: Any) -> Iterator[None]:

@@ -19,6 +19,7 @@ import django
 from django.apps import apps
 from django.conf import settings
 from django.db import connection, connections
+from django.db.backends.postgresql.operations import DatabaseOperations
 
 from tests.processes import ROOT
 
@@ -116,3 +117,35 @@ def create_test_database(*, rebuild: bool = False) -> str:
 
 def destroy_test_database(original_name: str) -> None:
     connection.creation.destroy_test_db(original_name, verbosity=0)
+
+
+DJANGO_SQL_FLUSH = DatabaseOperations.sql_flush
+# what migrate builds from the models and no test changes: kept by the flush below, so that
+# post_migrate, which Django sends after each flush, finds them and has nothing to recreate
+KEPT_BY_FLUSH = frozenset({"django_content_type", "auth_permission", "django_migrations"})
+
+
+def quick_sql_flush(
+    ops: Any, style: Any, tables: list[str], *, reset_sequences: bool = False, **kwargs: Any
+) -> list[str]:
+    """PostgreSQL's `sql_flush` for the suite: a `transactional_db` test ends with a flush of every
+    table, which Django does with one TRUNCATE of them all, about 1.5 s here (PostgreSQL swaps
+    every table's and index's files); DELETE empties these small tables in a few milliseconds.
+    The append-only tables (a trigger refuses DELETE) are truncated, and only when not empty."""
+    if reset_sequences or kwargs.get("allow_cascade"):  # not what TransactionTestCase asks
+        return DJANGO_SQL_FLUSH(ops, style, tables, reset_sequences=reset_sequences, **kwargs)
+    quoted = {table: ops.quote_name(table) for table in tables if table not in KEPT_BY_FLUSH}
+    sql = ["SET CONSTRAINTS ALL DEFERRED;"]
+    with ops.connection.cursor() as cursor:
+        cursor.execute(  # tgtype bit 3: a DELETE trigger
+            "SELECT DISTINCT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+            " WHERE NOT t.tgisinternal AND t.tgtype & 8 = 8 AND c.relname = ANY(%s)",
+            [list(quoted)],
+        )
+        append_only = {row[0] for row in cursor.fetchall()}
+        for table in sorted(append_only):
+            cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {quoted[table]})")  # noqa: S608
+            if cursor.fetchone()[0]:
+                sql.append(f"TRUNCATE {quoted[table]};")
+    sql += [f"DELETE FROM {quoted[t]};" for t in quoted if t not in append_only]  # noqa: S608
+    return sql
