@@ -127,6 +127,29 @@ def quick_flush() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def static_files_indexed_once() -> Iterator[None]:
+    """Django's test Client loads the middleware anew for every Client, and WhiteNoise's then
+    reads and indexes every static file (admin, htmx, the API docs': 0.1 s or more); the session
+    indexes them once and every later WhiteNoise takes the same index, as one process's would."""
+    from whitenoise.middleware import WhiteNoiseMiddleware
+
+    index_files = WhiteNoiseMiddleware.add_files_from_finders
+    indexed: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def add_files_once(self: Any) -> None:
+        key = (self.static_prefix, self.max_age, self.allow_all_origins, self.charset)
+        if key not in indexed:
+            before = set(self.files)
+            index_files(self)
+            indexed[key] = {url: self.files[url] for url in set(self.files) - before}
+        self.files.update(indexed[key])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(WhiteNoiseMiddleware, "add_files_from_finders", add_files_once)
+        yield
+
+
 def _through_pgbouncer_if_asked(django_db_blocker: Any) -> Iterator[None]:
     if os.environ.get("TEST_THROUGH_PGBOUNCER") != "1":
         yield

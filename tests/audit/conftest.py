@@ -4,7 +4,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from audit.signing import private_key_generate, private_key_parse, public_key_text
@@ -21,16 +21,10 @@ def _audit_settings(settings: Any, tmp_path: Any) -> None:
 
 @pytest.fixture
 def user_in(db: Any) -> Callable[[str], User]:
-    """A logged-in-able user in one of the groups (created with get_or_create: truncation-safe)."""
-    from review.roles import groups_ensure_now
+    """A logged-in-able user in one of the groups (tests/review/factories.py)."""
+    from tests.review.factories import user_in
 
-    def make(group: str) -> User:
-        groups_ensure_now()
-        user = User.objects.create_user(username=f"{group}-user", password="pw-for-tests-only")
-        user.groups.add(Group.objects.get(name=group))
-        return user
-
-    return make
+    return user_in
 
 
 @pytest.fixture

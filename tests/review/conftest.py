@@ -7,16 +7,16 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from review.roles import ADMINS, AUDITORS, SUPERVISORS, groups_ensure_now
+from review.roles import ADMINS, AUDITORS, SUPERVISORS
 from tests.review.browser import review_server  # noqa: F401  (fixtures)
-from tests.review.factories import UnknownStep, killed_support_run, user_in
+from tests.review.factories import UnknownStep, groups_ready, killed_support_run, user_in
 
 ROLES = [SUPERVISORS, ADMINS, AUDITORS, None]
 
 
 @pytest.fixture
 def groups(db: Any) -> None:
-    groups_ensure_now()
+    groups_ready()
 
 
 @pytest.fixture
