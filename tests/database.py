@@ -12,13 +12,15 @@ regardless. The template stays on the server between sessions; the clones are dr
 
 import ast
 import hashlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import django
 from django.apps import apps
 from django.conf import settings
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.db.backends.postgresql.operations import DatabaseOperations
 
 from tests.processes import ROOT
@@ -149,3 +151,28 @@ def quick_sql_flush(
                 sql.append(f"TRUNCATE {quoted[table]};")
     sql += [f"DELETE FROM {quoted[t]};" for t in quoted if t not in append_only]  # noqa: S608
     return sql
+
+
+@contextmanager
+def shared_rows[T](django_db_blocker: Any, build: Callable[[], T]) -> Iterator[T]:
+    """Rows that the tests of a wider scope (a class) only read, built once: in a transaction
+    that each test's own (pytest-django's `db`) nests in as a savepoint, rolled back after the
+    last of them (the default connection's). Not for `transactional_db` tests (their flush would take the rows)."""
+    with django_db_blocker.unblock():
+        atomic = transaction.atomic()
+        atomic.__enter__()
+        try:
+            built = build()
+            # the foreign keys' deferred checks now, as a commit would, and once: each test's
+            # teardown checks constraints, which would otherwise run these again every time
+            connection.check_constraints()
+        except BaseException:
+            transaction.set_rollback(True)
+            atomic.__exit__(None, None, None)
+            raise
+    try:
+        yield built
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            atomic.__exit__(None, None, None)

@@ -1,6 +1,7 @@
 """The fleet overview: SQL aggregates over a window of days, drawn as server-side SVG."""
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from review.selectors import waiting_count
 from runs.models import Run
 from runs.services import step_intent_record, step_outcome_record
 from tests.console.factories import evicted_at_step_12, journalled_run
+from tests.database import shared_rows
 from tests.review.factories import killed_support_run
 
 pytestmark = pytest.mark.django_db
@@ -38,21 +40,29 @@ def _number(html: str, element_id: str) -> int:
     return int(match.group(1))
 
 
-@pytest.mark.parametrize("group", [SUPERVISORS, ADMINS, AUDITORS])
-def test_the_overview_renders_1000_runs_from_sql_aggregates(client_for: Any, group: str) -> None:
-    fleet_of_1000()
-    page = client_for(group).get("/console/?days=14")
-    assert page.status_code == 200
-    html = page.content.decode()
-    assert Run.objects.count() == 1000
-    assert _number(html, "total-runs") == 1000
-    assert _number(html, "total-tokens") == Run.objects.aggregate(t=Sum("used_tokens"))["t"]
-    assert _number(html, "total-recoveries") == 1
-    assert _number(html, "queue-depth") == waiting_count() == 48 + 1  # crash loops + unknown
-    assert html.count('class="series-completed"') >= 10  # a bar per day with completed runs
-    assert 'class="series-cancelled"' in html and 'class="series-recoveries"' in html
-    assert html.count('<polyline class="line') == 4  # support, triage, billing, mailer
-    assert 'aria-label="Runs by status per day, 1000 runs"' in html
+class TestAFleetOf1000Runs:
+    @pytest.fixture(scope="class", autouse=True)
+    def fleet(self, django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
+        """Built once for the three roles (it takes seconds), rolled back after them."""
+        with shared_rows(django_db_blocker, fleet_of_1000):
+            yield
+
+    @pytest.mark.parametrize("group", [SUPERVISORS, ADMINS, AUDITORS])
+    def test_the_overview_renders_1000_runs_from_sql_aggregates(
+        self, client_for: Any, group: str
+    ) -> None:
+        page = client_for(group).get("/console/?days=14")
+        assert page.status_code == 200
+        html = page.content.decode()
+        assert Run.objects.count() == 1000
+        assert _number(html, "total-runs") == 1000
+        assert _number(html, "total-tokens") == Run.objects.aggregate(t=Sum("used_tokens"))["t"]
+        assert _number(html, "total-recoveries") == 1
+        assert _number(html, "queue-depth") == waiting_count() == 48 + 1  # loops + unknown
+        assert html.count('class="series-completed"') >= 10  # a bar per day with completed runs
+        assert 'class="series-cancelled"' in html and 'class="series-recoveries"' in html
+        assert html.count('<polyline class="line') == 4  # support, triage, billing, mailer
+        assert 'aria-label="Runs by status per day, 1000 runs"' in html
 
 
 def test_the_overview_lists_failing_steps_and_the_queue_sla(client_for: Any, settings: Any) -> None:
