@@ -170,6 +170,7 @@ def _env_without_database() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # a verifier process of its own (about 2 s)
 def test_verify_export_command_needs_no_database(exported: Path) -> None:
     ok = subprocess.run(
         [sys.executable, "manage.py", "verify_export", str(exported), "--public-key", PUBLIC_KEY],
@@ -206,6 +207,7 @@ def test_verify_export_command_needs_no_database(exported: Path) -> None:
     assert f"run {run_id} event 4: hash does not match" in broken.stdout
 
 
+@pytest.mark.slow  # a verifier process of its own (about 2 s)
 def test_verify_export_needs_none_of_the_servers_settings(exported: Path) -> None:
     """An auditor's laptop has the export and the public key, not SECRET_KEY or a database."""
     env = {
@@ -225,6 +227,7 @@ def test_verify_export_needs_none_of_the_servers_settings(exported: Path) -> Non
     assert done.stdout.strip().endswith("OK")
 
 
+@pytest.mark.slow  # a verifier process of its own (about 2 s)
 def test_the_verifier_runs_without_django_at_all(exported: Path, tmp_path: Path) -> None:
     key_file = tmp_path / "public.key"
     key_file.write_text(PUBLIC_KEY + "\n")
