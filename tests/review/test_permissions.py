@@ -4,7 +4,7 @@ Allowed actions succeed and write their audit entry; refused ones answer 403 and
 Anonymous users are sent to the login page. Every state change refuses a request without CSRF.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,8 @@ from review.roles import ADMINS, AUDITORS, SUPERVISORS
 from runs.constants import StepState
 from runs.models import BudgetPolicy, Run, Step, WorkerToken
 from runs.tokens import worker_token_create
-from tests.review.factories import UnknownStep, user_in
+from tests.database import shared_rows
+from tests.review.factories import UnknownStep, killed_support_run, user_in
 
 BROWSE = {SUPERVISORS, ADMINS, AUDITORS}
 RESOLVE = {SUPERVISORS, ADMINS}
@@ -139,8 +140,8 @@ ACTIONS = [
 GROUPS = [SUPERVISORS, ADMINS, AUDITORS, None]
 
 
-@pytest.fixture
-def ctx(unknown_step: UnknownStep) -> dict[str, Any]:
+def _story() -> tuple[UnknownStep, dict[str, Any]]:
+    item = killed_support_run()
     policy = BudgetPolicy.objects.create(
         name="support-policy",
         agent="support",
@@ -150,7 +151,25 @@ def ctx(unknown_step: UnknownStep) -> dict[str, Any]:
         max_recoveries=2,
     )
     token, _ = worker_token_create(name="pod-1")
-    return {"policy": policy, "token": token}
+    return item, {"policy": policy, "token": token}
+
+
+@pytest.fixture(scope="module")
+def story(django_db_setup: Any, django_db_blocker: Any) -> Iterator[tuple[UnknownStep, dict]]:
+    """The killed run, a policy and a token, built once for the module's hundred-odd tests;
+    what a test changes goes with its own transaction (tests/database.py, shared_rows)."""
+    with shared_rows(django_db_blocker, _story) as built:
+        yield built
+
+
+@pytest.fixture
+def unknown_step(story: tuple[UnknownStep, dict], db: Any) -> UnknownStep:
+    return story[0]
+
+
+@pytest.fixture
+def ctx(story: tuple[UnknownStep, dict[str, Any]], db: Any) -> dict[str, Any]:
+    return story[1]
 
 
 def _snapshot(u: UnknownStep) -> tuple[Any, ...]:
