@@ -19,10 +19,8 @@ from bench.testdata import runs_bulk_create
 from tests.audit.conftest import PUBLIC_KEY, SIGNING_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
-# the marker makes pytest-django create the test database the module fixture writes to; the
-# group keeps the module on one xdist worker (scripts/test: --dist loadgroup), which builds the
-# 1,000 runs once
-pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("export_of_1000_runs")]
+# the marker makes pytest-django create the test database the module fixture writes to
+pytestmark = pytest.mark.django_db
 
 
 class _Rollback(Exception):

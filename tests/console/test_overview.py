@@ -40,7 +40,6 @@ def _number(html: str, element_id: str) -> int:
     return int(match.group(1))
 
 
-@pytest.mark.xdist_group("fleet_of_1000")  # one xdist worker builds it (--dist loadgroup)
 class TestAFleetOf1000Runs:
     @pytest.fixture(scope="class", autouse=True)
     def fleet(self, django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
