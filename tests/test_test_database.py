@@ -30,3 +30,30 @@ def test_this_sessions_database_was_copied_from_a_template_of_the_current_schema
         (label,) = cursor.fetchone()
     assert label == schema_fingerprint()
     assert connection.settings_dict["NAME"] != TEMPLATE_NAME
+
+
+def test_the_flush_after_a_transactional_test_empties_every_table_the_append_only_ones_too(
+    transactional_db: Any,
+) -> None:
+    """What pytest-django does after each `transactional_db` test (tests/database.py replaces
+    Django's TRUNCATE of every table): the journal's append-only tables refuse DELETE, so they
+    must go by TRUNCATE; the migration's default policy comes back through post_migrate."""
+    from django.contrib.auth.models import Permission
+    from django.core.management import call_command
+
+    from review.models import AuditEntry
+    from runs.models import BudgetPolicy, Event, Run
+    from tests.review.factories import killed_support_run, user_in
+
+    killed_support_run()
+    user_in("supervisors")
+    AuditEntry.objects.create(actor_name="test", action="test.flush", target="-")
+    assert Event.objects.exists() and Run.objects.exists()
+    permissions = Permission.objects.count()
+
+    call_command("flush", verbosity=0, interactive=False, reset_sequences=False)
+
+    assert not Event.objects.exists() and not Run.objects.exists()
+    assert not AuditEntry.objects.exists()
+    assert list(BudgetPolicy.objects.values_list("is_default", flat=True)) == [True]
+    assert Permission.objects.count() == permissions
