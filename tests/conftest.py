@@ -13,6 +13,7 @@ from django.db import connection
 from django.db.models.signals import post_migrate
 from rest_framework.test import APIClient
 
+from review.roles import groups_ensure_now
 from runs.default_policy import seed_default_policy
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
@@ -263,12 +264,15 @@ setting_changed.send(None, setting="PASSWORD_HASHERS", value=settings.PASSWORD_H
 os.environ.setdefault("AGENT_HOOKS", "agents.crash_points")
 
 
-def _reseed_default_policy(sender: Any, **kwargs: Any) -> None:
+def _reseed_migrations_rows(sender: Any, **kwargs: Any) -> None:
     """A `transactional_db` test ends with a flush of every table, which takes the rows data
-    migrations seeded with it; Django sends post_migrate after the flush, and this puts the
-    default budget policy back with the migration's own seeding function (one source)."""
+    migrations seeded with it; Django sends post_migrate after the flush, and this puts back the
+    default budget policy and the dashboard's groups with the migrations' own functions (one
+    source), so a later test on that worker finds what a migrated database has."""
     if sender.label == "runs":
         seed_default_policy(django_apps.get_model("runs", "BudgetPolicy"))
+    if sender.label == "review":
+        groups_ensure_now()
 
 
-post_migrate.connect(_reseed_default_policy, dispatch_uid="tests.reseed_default_policy")
+post_migrate.connect(_reseed_migrations_rows, dispatch_uid="tests.reseed_migrations_rows")

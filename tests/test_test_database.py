@@ -37,11 +37,13 @@ def test_the_flush_after_a_transactional_test_empties_every_table_the_append_onl
 ) -> None:
     """What pytest-django does after each `transactional_db` test (tests/database.py replaces
     Django's TRUNCATE of every table): the journal's append-only tables refuse DELETE, so they
-    must go by TRUNCATE; the migration's default policy comes back through post_migrate."""
-    from django.contrib.auth.models import Permission
+    must go by TRUNCATE; the migrations' default policy and groups come back through
+    post_migrate."""
+    from django.contrib.auth.models import Group, Permission
     from django.core.management import call_command
 
     from review.models import AuditEntry
+    from review.roles import GROUP_PERMISSIONS
     from runs.models import BudgetPolicy, Event, Run
     from tests.review.factories import killed_support_run, user_in
 
@@ -55,5 +57,10 @@ def test_the_flush_after_a_transactional_test_empties_every_table_the_append_onl
 
     assert not Event.objects.exists() and not Run.objects.exists()
     assert not AuditEntry.objects.exists()
+    # what the data migrations seeded is back (tests/conftest.py, post_migrate)
     assert list(BudgetPolicy.objects.values_list("is_default", flat=True)) == [True]
+    assert set(Group.objects.values_list("name", flat=True)) == set(GROUP_PERMISSIONS)
+    assert Group.objects.get(name="supervisors").permissions.count() == len(
+        GROUP_PERMISSIONS["supervisors"]
+    )
     assert Permission.objects.count() == permissions
