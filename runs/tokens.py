@@ -34,6 +34,9 @@ def worker_token_create(
         agents=names,
         created_by=created_by,
     )
+    # a token chosen beforehand may have been tried while unknown, and this process would refuse
+    # it for up to LEDGER_TOKEN_CACHE_SECONDS: it forgets that at once, as a revocation does
+    forget_principal(token.token_hash)
     return token, raw
 
 
