@@ -332,6 +332,9 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "support@agentledger.l
 # Tools that can say whether a key took effect (tools.lookups): {"tool name": "dotted.path" or
 # "https://…/{key}"}; the review desk asks them about unknown steps (2 s, then "no answer").
 LEDGER_TOOL_LOOKUPS: dict[str, str] = json.loads(os.environ.get("LEDGER_TOOL_LOOKUPS") or "{}")
+LEDGER_TOOL_LOOKUP_TIMEOUT_SECONDS = float(
+    os.environ.get("LEDGER_TOOL_LOOKUP_TIMEOUT_SECONDS", "2")
+)
 LEDGER_KEY_STATE_LOOKUP = os.environ.get(
     "LEDGER_KEY_STATE_LOOKUP", "tools.selectors.key_state_for_recovery"
 )

@@ -6,7 +6,7 @@ declare a lookup in `LEDGER_TOOL_LOOKUPS`, a mapping of tool name to either
 - a dotted path to a callable `(key: str) -> "completed" | "absent" | None`, or
 - an `http(s)://` URL template with `{key}`, answering JSON `{"state": "completed" | "absent"}`.
 
-A lookup that takes longer than 2 s, errors, or answers anything else is "no answer": the item
+A lookup that takes longer than LEDGER_TOOL_LOOKUP_TIMEOUT_SECONDS (2 s), errors, or answers anything else is "no answer": the item
 stays for a person. Two callers ask it: recovery (runs.services, for a write step that would
 otherwise go to review or be sent again), which records the answer in the run's chain, and the
 review item page (review.services) for a step already in review, which records it in the step's
@@ -23,7 +23,6 @@ from django.utils.module_loading import import_string
 
 logger = logging.getLogger(__name__)
 
-TIMEOUT_SECONDS = 2.0
 ANSWERS = ("completed", "absent")
 
 
@@ -36,6 +35,10 @@ class LookupAnswer:
     def evidence(self) -> dict[str, str]:
         """The answer as the journal records it (an event's payload)."""
         return {"source": self.source, "answer": self.state, "detail": self.detail}
+
+
+def _timeout() -> float:
+    return float(getattr(settings, "LEDGER_TOOL_LOOKUP_TIMEOUT_SECONDS", 2.0))
 
 
 def lookup_for(tool: str) -> str | None:
@@ -58,7 +61,7 @@ def _ask_url(template: str, key: str) -> LookupAnswer:
 
     url = template.replace("{key}", quote(key, safe=""))
     try:
-        answer = httpx.get(url, timeout=TIMEOUT_SECONDS)
+        answer = httpx.get(url, timeout=_timeout())
         state: Any = answer.json().get("state") if answer.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
         return LookupAnswer("no_answer", template, f"{type(exc).__name__}: {exc}"[:200])
@@ -78,9 +81,9 @@ def _ask_callable(path: str, key: str) -> LookupAnswer:
     pool = ThreadPoolExecutor(max_workers=1)
     future = pool.submit(fn, key)
     try:
-        state = future.result(timeout=TIMEOUT_SECONDS)
+        state = future.result(timeout=_timeout())
     except Late:
-        return LookupAnswer("no_answer", path, f"no answer within {TIMEOUT_SECONDS:g} s")
+        return LookupAnswer("no_answer", path, f"no answer within {_timeout():g} s")
     except Exception as exc:  # the tool's own code: any failure is "no answer"
         logger.warning("lookup %s failed for %s: %r", path, key, exc)
         return LookupAnswer("no_answer", path, f"{type(exc).__name__}: {exc}"[:200])

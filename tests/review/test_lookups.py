@@ -23,6 +23,8 @@ def _open(unknown_step: Any) -> str:
 
 def _use(settings: Any, name: str) -> None:
     settings.LEDGER_TOOL_LOOKUPS = {"email.send": f"tests.review.lookup_fixtures.{name}"}
+    if name == "slow_lookup":  # it answers after 3 s: late, whatever the timeout
+        settings.LEDGER_TOOL_LOOKUP_TIMEOUT_SECONDS = 0.5
 
 
 def test_a_lookup_that_saw_the_key_settles_the_item_as_sent(

@@ -36,6 +36,8 @@ def _lookups(settings: Any, fixture: str) -> None:
         "email.send": f"tests.review.lookup_fixtures.{fixture}",
         "tickets.create": f"tests.review.lookup_fixtures.{fixture}",
     }
+    if fixture == "slow_lookup":  # it answers after 3 s: late, whatever the timeout
+        settings.LEDGER_TOOL_LOOKUP_TIMEOUT_SECONDS = 0.5
 
 
 def _recover(api: APIClient, run_id: str, fake_clock: Any, by: str) -> None:
