@@ -42,7 +42,8 @@ def _number(html: str, element_id: str) -> int:
 
 class TestAFleetOf1000Runs:
     @pytest.fixture(scope="class", autouse=True)
-    def fleet(self, django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
+    @classmethod
+    def fleet(cls, django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
         """Built once for the three roles (it takes seconds), rolled back after them."""
         with shared_rows(django_db_blocker, fleet_of_1000):
             yield
