@@ -1,6 +1,7 @@
 from django import forms
 
 from audit.models import ExportFormat
+from review.forms import note_field
 from runs.constants import RunStatus
 
 
@@ -41,9 +42,7 @@ class LegalHoldForm(forms.Form):
     """Put a run on legal hold (`hold=on`) or lift it (`hold=off`); the note says why."""
 
     hold = forms.ChoiceField(choices=[("on", "put on legal hold"), ("off", "lift the hold")])
-    note = forms.CharField(
-        max_length=4000,
-        strip=True,
-        error_messages={"required": "A note is required: say why (the matter, the request)."},
-        widget=forms.TextInput(attrs={"size": 40}),
+    note = note_field(
+        "A note is required: say why (the matter, the request).",
+        forms.TextInput(attrs={"size": 40}),
     )

@@ -41,7 +41,7 @@ from audit.retention import (
 )
 from audit.signing import public_key_text, signing_key_id, signing_public_key
 from review.audit import audit_record
-from review.views import _error_text, _form_errors, _get_run, require_perm
+from review.views import _get_run, _posted, _tell, require_perm
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.models import Run
@@ -274,27 +274,23 @@ def retention(request: HttpRequest) -> HttpResponse:
 def run_legal_hold(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """An admin puts the run on legal hold or lifts it, from the run's page."""
     run = _get_run(run_id)
-    form = LegalHoldForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, _form_errors(form))
-    else:
+    form = _posted(request, LegalHoldForm)
+    if form is not None:
         on = form.cleaned_data["hold"] == "on"
-        try:
-            legal_hold_change(
+        _tell(
+            request,
+            lambda: legal_hold_change(
                 actor=request.user,  # type: ignore[arg-type]
                 run_id=run.pk,
                 on=on,
                 note=form.cleaned_data["note"],
-            )
-        except ApplicationError as exc:
-            messages.error(request, _error_text(exc))
-        else:
-            messages.success(
-                request,
+            ),
+            lambda _run: (
                 "The run is on legal hold: retention keeps it."
                 if on
-                else "Legal hold lifted: retention treats the run like any other.",
-            )
+                else "Legal hold lifted: retention treats the run like any other."
+            ),
+        )
     return redirect(reverse("review:run", args=[run.pk]) + "#legal-hold")
 
 
