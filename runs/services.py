@@ -161,11 +161,7 @@ def run_create(
             return existing, False
     policy = budget_policy_for(agent)
     limits: dict[str, Any] = {
-        "max_steps": policy.max_steps,
-        "max_tokens": policy.max_tokens,
-        "max_wall_seconds": policy.max_wall_seconds,
-        "max_cost_usd": policy.max_cost_usd,
-        "max_recoveries": policy.max_recoveries,
+        f"max_{name}": getattr(policy, f"max_{name}") for name in BUDGET_LIMITS
     }
     now = clock.now()
     try:
