@@ -258,6 +258,11 @@ os.environ.setdefault("PASSWORD_HASHERS", "django.contrib.auth.hashers.MD5Passwo
 settings.PASSWORD_HASHERS = os.environ["PASSWORD_HASHERS"].split(",")  # settings loaded already
 setting_changed.send(None, setting="PASSWORD_HASHERS", value=settings.PASSWORD_HASHERS, enter=True)
 
+# a connection per request in this process too, as in the servers it starts (server_env): the
+# live server's request threads otherwise each keep theirs for CONN_MAX_AGE, and the browser
+# tests at the end of a run piled up dozens beside other users of the PostgreSQL server
+settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+
 # every agent process the tests start (and the agent in this process) gets the crash points and
 # recovery timing the demo story uses too (agents/crash_points.py) through the agent's step hooks;
 # they fire only when armed (AGENT_CRASH_* / AGENT_STOP_BEFORE_STEP in that process's environment)
