@@ -119,7 +119,7 @@ def streaming_pair() -> Iterator[dict[str, Any]]:
         ) as conn:
             conn.execute("CREATE DATABASE ledger")
         run([str(pg_bin / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary_port),
-             "-U", "root", "-D", str(replica), "-R", "-X", "stream"])  # fmt: skip
+             "-U", "root", "-D", str(replica), "-R", "-X", "stream", "--checkpoint=fast"])  # fmt: skip
         replica_port = stack.free_port()
         with open(replica / "postgresql.auto.conf", "a") as conf:
             conf.write(f"port = {replica_port}\n")

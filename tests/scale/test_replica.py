@@ -65,7 +65,7 @@ def streaming_pair() -> Iterator[tuple[str, str]]:
             conn.autocommit = True
             conn.execute("CREATE DATABASE ledger")
         run([str(pg_bin / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary_port),
-             "-U", "root", "-D", str(replica), "-R", "-X", "stream", "--no-sync"])  # fmt: skip
+             "-U", "root", "-D", str(replica), "-R", "-X", "stream", "--no-sync", "--checkpoint=fast"])  # fmt: skip
         with open(replica / "postgresql.auto.conf", "a") as conf:
             conf.write(f"port = {replica_port}\n")
         run([pg_ctl, "-D", str(replica), "-l", str(folder / "replica.log"), "-w", "start"])
