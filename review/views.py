@@ -14,6 +14,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
@@ -26,6 +27,7 @@ from review.forms import (
     ApprovalRuleForm,
     ApproveForm,
     AssignForm,
+    AuditedModelForm,
     AuditFilterForm,
     BulkDecideForm,
     DecideForm,
@@ -527,28 +529,46 @@ def _item_response(
     return HttpResponseRedirect(reverse("review:item", args=[step.run_id, step.index]))
 
 
+def _item_post[T](
+    request: HttpRequest,
+    run_id: UUID,
+    index: int,
+    decide: Callable[..., T],
+    ok: Callable[[T], str],
+    form_class: type[forms.Form] | None = None,
+) -> HttpResponse:
+    """A supervisor's POST on a queue item: its form (if it has one) valid, then one service call
+    `decide(user=, run_id=, index=, **the form's fields)`, told as `_item_response` tells it.
+    The resolve form, the page's one form with typing worth keeping, is kept after a refusal."""
+    step = _get_step(run_id, index)
+    form = form_class(request.POST) if form_class is not None else None
+    kept = form if isinstance(form, ResolveForm) else None
+    if form is not None and not form.is_valid():
+        return _item_response(request, step, error=_form_errors(form), form=kept)
+    fields = form.cleaned_data if form is not None else {}
+    try:
+        result = decide(user=request.user, run_id=run_id, index=index, **fields)
+    except ApplicationError as exc:
+        return _item_response(request, step, error=_error_text(exc), form=kept)
+    return _item_response(request, step, ok=ok(result))
+
+
+RESOLVED_WORDS = {"sent": "marked as sent", "retry": "sent back for retry", "abandon": "abandoned"}
+
+
 @require_POST
 @require_perm("resolve")
 def queue_resolve(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    step = _get_step(run_id, index)
-    form = ResolveForm(request.POST)
-    if not form.is_valid():
-        return _item_response(request, step, error=_form_errors(form), form=form)
-    action = form.cleaned_data["action"]
-    try:
-        services.review_step_resolve(
-            user=request.user,  # type: ignore[arg-type]
-            run_id=run_id,
-            index=index,
-            action=action,
-            note=form.cleaned_data["note"],
-            result=form.cleaned_data["result"],
-            confirmed_may_repeat=form.cleaned_data["confirm_repeat"],
-        )
-    except ApplicationError as exc:
-        return _item_response(request, step, error=exc.message, form=form)
-    done = {"sent": "marked as sent", "retry": "sent back for retry", "abandon": "abandoned"}
-    return _item_response(request, step, ok=f"Step {index} {done[action]}.")
+    return _item_post(
+        request,
+        run_id,
+        index,
+        lambda confirm_repeat, **decision: services.review_step_resolve(
+            confirmed_may_repeat=confirm_repeat, **decision
+        ),
+        lambda step: f"Step {index} {RESOLVED_WORDS[str(step.resolution_action)]}.",
+        ResolveForm,
+    )
 
 
 @require_POST
@@ -578,117 +598,132 @@ def queue_bulk(request: HttpRequest) -> HttpResponse:
 @require_POST
 @require_perm("resolve")
 def queue_assign(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    step = _get_step(run_id, index)
-    form = AssignForm(request.POST)
-    if not form.is_valid():
-        return _item_response(request, step, error=_form_errors(form))
-    try:
-        services.review_step_assign(
-            user=request.user,  # type: ignore[arg-type]
-            run_id=run_id,
-            index=index,
-            assignee=form.cleaned_data["assignee"],
-        )
-    except ApplicationError as exc:
-        return _item_response(request, step, error=_error_text(exc))
-    return _item_response(request, step, ok=f"Assigned to {form.cleaned_data['assignee']}.")
+    return _item_post(
+        request,
+        run_id,
+        index,
+        services.review_step_assign,
+        lambda step: f"Assigned to {step.claimed_by}.",  # the user's name
+        AssignForm,
+    )
+
+
+def approved_words(step: Step) -> str:
+    if step.state == StepState.AWAITING_APPROVAL:
+        return "Your approval is recorded; one more is needed."
+    return f"Step {step.index} approved: the agent may run it now."
 
 
 @require_POST
 @require_perm("resolve")
 def queue_approve(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    step = _get_step(run_id, index)
-    form = ApproveForm(request.POST)
-    form.is_valid()
-    try:
-        approved = services.review_step_approve(
-            user=request.user,  # type: ignore[arg-type]
-            run_id=run_id,
-            index=index,
-            note=form.cleaned_data.get("note", ""),
-        )
-    except ApplicationError as exc:
-        return _item_response(request, step, error=exc.message)
-    if approved.state == StepState.AWAITING_APPROVAL:
-        return _item_response(request, step, ok="Your approval is recorded; one more is needed.")
-    return _item_response(request, step, ok=f"Step {index} approved: the agent may run it now.")
+    return _item_post(
+        request, run_id, index, services.review_step_approve, approved_words, ApproveForm
+    )
 
 
 @require_POST
 @require_perm("resolve")
 def queue_deny(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    step = _get_step(run_id, index)
-    form = DenyForm(request.POST)
-    if not form.is_valid():
-        return _item_response(request, step, error=_form_errors(form))
-    try:
-        services.review_step_deny(
-            user=request.user,  # type: ignore[arg-type]
-            run_id=run_id,
-            index=index,
-            note=form.cleaned_data["note"],
-        )
-    except ApplicationError as exc:
-        return _item_response(request, step, error=exc.message)
-    return _item_response(request, step, ok=f"Step {index} denied: it will not run.")
+    return _item_post(
+        request,
+        run_id,
+        index,
+        services.review_step_deny,
+        lambda _: f"Step {index} denied: it will not run.",
+        DenyForm,
+    )
 
 
 @require_POST
 @require_perm("resolve")
 def queue_claim(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    step = _get_step(run_id, index)
-    try:
-        services.review_step_claim(user=request.user, run_id=run_id, index=index)  # type: ignore[arg-type]
-    except ApplicationError as exc:
-        return _item_response(request, step, error=exc.message)
-    return _item_response(request, step, ok="You claimed this item.")
+    return _item_post(
+        request, run_id, index, services.review_step_claim, lambda _: "You claimed this item."
+    )
 
 
 @require_POST
 @require_perm("resolve")
 def queue_release(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    step = _get_step(run_id, index)
-    try:
-        services.review_step_release(user=request.user, run_id=run_id, index=index)  # type: ignore[arg-type]
-    except ApplicationError as exc:
-        return _item_response(request, step, error=exc.message)
-    return _item_response(request, step, ok="Claim released.")
-
-
-# --- budget policies ------------------------------------------------------------------------------
-
-
-@require_GET
-@require_perm("manage_policies")
-def policies(request: HttpRequest) -> HttpResponse:
-    return render(
-        request,
-        "review/policies.html",
-        {"nav": "policies", "policies": list(BudgetPolicy.objects.order_by("-is_default", "name"))},
+    return _item_post(
+        request, run_id, index, services.review_step_release, lambda _: "Claim released."
     )
 
 
-@require_http_methods(["GET", "POST"])
-@require_perm("manage_policies")
-def policy_edit(request: HttpRequest, policy_id: int | None = None) -> HttpResponse:
-    policy = get_object_or_404(BudgetPolicy, pk=policy_id) if policy_id else None
-    form = PolicyForm(request.POST or None, instance=policy)
-    saved = _save_form(
-        request,
-        form,
-        services.POLICY_FIELDS,
-        lambda values: services.budget_policy_save(
-            user=request.user,  # type: ignore[arg-type]
-            policy=BudgetPolicy.objects.get(pk=policy.pk) if policy else None,
-            values=values,
-        ),
-    )
-    if saved is not None:
-        messages.success(request, f"Policy “{saved.name}” saved; new runs of its agents use it.")
-        return HttpResponseRedirect(reverse("review:policies"))
-    return render(
-        request, "review/policy_form.html", {"nav": "policies", "form": form, "policy": policy}
-    )
+# --- budget policies and approval rules: settings an admin lists and edits -----------------------
+
+
+def _settings_list(template: str, name: str, rows: QuerySet[Any]) -> View:
+    """A settings list page: every row of `rows` (read afresh on each request) as `name`."""
+
+    @require_GET
+    @require_perm("manage_policies")
+    def page(request: HttpRequest) -> HttpResponse:
+        return render(request, template, {"nav": "policies", name: list(rows.all())})
+
+    return page
+
+
+def _settings_edit[M: Model](
+    form_class: type[AuditedModelForm],
+    name: str,
+    back: str,
+    save: Callable[..., M],
+    saved: Callable[[M], str],
+) -> View:
+    """A setting's new-and-edit page: the form's fields and note go to its service as
+    `save(user=, <name>=the stored row or None, values=)`; a refusal stays on the form (400).
+    The page is review/<name>_form.html, showing the stored row as `name`."""
+    model = form_class._meta.model
+    fields = form_class._meta.fields or ()
+
+    @require_http_methods(["GET", "POST"])
+    @require_perm("manage_policies")
+    def page(request: HttpRequest, pk: int | None = None) -> HttpResponse:
+        stored = get_object_or_404(model, pk=pk) if pk else None
+        form = form_class(request.POST or None, instance=stored)
+        # a fresh copy for the service: validating the form wrote the posted values onto `stored`
+        result = _save_form(
+            request,
+            form,
+            fields,
+            lambda values: save(
+                user=request.user,
+                **{name: model.objects.get(pk=pk) if stored else None},
+                values=values,
+            ),
+        )
+        if result is not None:
+            messages.success(request, saved(result))
+            return HttpResponseRedirect(reverse(back))
+        context = {"nav": "policies", "form": form, name: stored}
+        status = 400 if request.method == "POST" else 200
+        return render(request, f"review/{name}_form.html", context, status=status)
+
+    return page
+
+
+policies = _settings_list(
+    "review/policies.html", "policies", BudgetPolicy.objects.order_by("-is_default", "name")
+)
+policy_edit = _settings_edit(
+    PolicyForm,
+    "policy",
+    "review:policies",
+    services.budget_policy_save,
+    lambda policy: f"Policy “{policy.name}” saved; new runs of its agents use it.",
+)
+approval_rules = _settings_list(
+    "review/approval_rules.html", "rules", ApprovalRule.objects.order_by("agent", "tool_pattern")
+)
+approval_rule_edit = _settings_edit(
+    ApprovalRuleForm,
+    "rule",
+    "review:approval_rules",
+    services.approval_rule_save,
+    lambda _: "Approval rule saved.",
+)
 
 
 # --- escalation webhooks --------------------------------------------------------------------------
@@ -720,45 +755,6 @@ def notifications(request: HttpRequest) -> HttpResponse:
             "reachable": services.escalation_reachable(),
             "supervisors_with_mail": selectors.supervisors_with_mail(),
         },
-        status=400 if request.method == "POST" else 200,
-    )
-
-
-# --- approval rules -----------------------------------------------------------------------------
-
-
-@require_GET
-@require_perm("manage_policies")
-def approval_rules(request: HttpRequest) -> HttpResponse:
-    return render(
-        request,
-        "review/approval_rules.html",
-        {"nav": "policies", "rules": list(ApprovalRule.objects.order_by("agent", "tool_pattern"))},
-    )
-
-
-@require_http_methods(["GET", "POST"])
-@require_perm("manage_policies")
-def approval_rule_edit(request: HttpRequest, rule_id: int | None = None) -> HttpResponse:
-    rule = get_object_or_404(ApprovalRule, pk=rule_id) if rule_id else None
-    form = ApprovalRuleForm(request.POST or None, instance=rule)
-    saved = _save_form(
-        request,
-        form,
-        services.RULE_FIELDS,
-        lambda values: services.approval_rule_save(
-            user=request.user,  # type: ignore[arg-type]
-            rule=ApprovalRule.objects.get(pk=rule.pk) if rule else None,
-            values=values,
-        ),
-    )
-    if saved is not None:
-        messages.success(request, "Approval rule saved.")
-        return HttpResponseRedirect(reverse("review:approval_rules"))
-    return render(
-        request,
-        "review/approval_rule_form.html",
-        {"nav": "policies", "form": form, "rule": rule},
         status=400 if request.method == "POST" else 200,
     )
 
