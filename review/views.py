@@ -90,6 +90,13 @@ def _htmx(request: HttpRequest) -> bool:
     return bool(getattr(request, "htmx", False))
 
 
+def query_without(request: HttpRequest, name: str) -> str:
+    """The page's query string without `name`, for links that set it (a pager, an action)."""
+    query = request.GET.copy()
+    query.pop(name, None)
+    return query.urlencode()
+
+
 def _client_ip(request: HttpRequest) -> str:
     return str(request.META.get("REMOTE_ADDR") or "0.0.0.0")  # noqa: S104
 
@@ -163,8 +170,6 @@ def runs_list(request: HttpRequest) -> HttpResponse:
     runs, has_next = selectors.runs_page(filters, page=page)
     rows = _run_rows(runs)
     any_live = any(r["live"] for r in rows)
-    query = request.GET.copy()
-    query.pop("page", None)
     context = {
         "nav": "runs",
         "form": form,
@@ -172,7 +177,7 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         "page": page,
         "has_next": has_next,
         "any_live": any_live,
-        "query": query.urlencode(),
+        "query": query_without(request, "page"),
         "counts": selectors.run_status_counts(),
         "count_cap": selectors.STATUS_COUNT_CAP,
         "current_status": filters.status,
@@ -260,44 +265,50 @@ def run_verify(request: HttpRequest, run_id: UUID) -> HttpResponse:
     return HttpResponseRedirect(reverse("review:run", args=[run.pk]))
 
 
-@require_POST
-@require_perm("resolve")
-def run_decide(request: HttpRequest, run_id: UUID) -> HttpResponse:
+def _run_post[F: forms.Form, T](
+    request: HttpRequest,
+    run_id: UUID,
+    form_class: type[F],
+    act: Callable[[Any, Run, F], T],
+    ok: Callable[[T], str],
+) -> tuple[Run, T | None]:
+    """A POST from a run's page: the run (404 if none), its valid form, then one service call
+    `act(user, run, form)`, told as a message (`_tell`). The run, and what the call returned."""
     run = _get_run(run_id)
-    form = DecideForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, _form_errors(form))
-    else:
-        try:
-            services.review_run_decide(
-                user=request.user,  # type: ignore[arg-type]
-                run_id=run.pk,
-                action=form.cleaned_data["action"],
-                note=form.cleaned_data["note"],
-            )
-            messages.success(request, f"Run {form.cleaned_data['action']}d.")
-        except ApplicationError as exc:
-            messages.error(request, exc.message)
-    return HttpResponseRedirect(reverse("review:run", args=[run.pk]))
+    form = _posted(request, form_class)
+    if form is None:
+        return run, None
+    user = request.user
+    return run, _tell(request, lambda: act(user, run, form), ok)
 
 
-@require_POST
-@require_perm("raise_limits")
-def run_limits(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    run = _get_run(run_id)
-    form = _posted(request, LimitsForm)
-    if form is not None:
-        _tell(
-            request,
-            lambda: services.review_limits_raise(
-                user=request.user,  # type: ignore[arg-type]
-                run_id=run.pk,
-                note=form.cleaned_data["note"],
-                limits=form.limits(),
-            ),
-            limits_outcome,
-        )
-    return HttpResponseRedirect(reverse("review:run", args=[run.pk]))
+def run_page_post[F: forms.Form, T](
+    permission: str,
+    form_class: type[F],
+    act: Callable[[Any, Run, F], T],
+    ok: Callable[[T], str],
+    anchor: str = "",
+) -> View:
+    """An action on a run's page (POST, review.<permission>): `_run_post`, then back to the
+    run's page at `anchor`."""
+
+    @require_POST
+    @require_perm(permission)
+    def action(request: HttpRequest, run_id: UUID) -> HttpResponse:
+        run, _ = _run_post(request, run_id, form_class, act, ok)
+        return HttpResponseRedirect(reverse("review:run", args=[run.pk]) + anchor)
+
+    return action
+
+
+run_decide = run_page_post(
+    "resolve",
+    DecideForm,
+    lambda user, run, form: services.review_run_decide(
+        user=user, run_id=run.pk, **form.cleaned_data
+    ),
+    lambda run: "Run abandoned." if run.status == RunStatus.ABANDONED else "Run resumed.",
+)
 
 
 def limits_outcome(run: Run) -> str:
@@ -315,6 +326,16 @@ def limits_outcome(run: Run) -> str:
     if run.status == RunStatus.RUNNING:
         return "Limits raised; the run resumes with the next lease."
     return f"Limits raised; the run is {run.status}."
+
+
+run_limits = run_page_post(
+    "raise_limits",
+    LimitsForm,
+    lambda user, run, form: services.review_limits_raise(
+        user=user, run_id=run.pk, note=form.cleaned_data["note"], limits=form.limits()
+    ),
+    limits_outcome,
+)
 
 
 def _form_errors(form: Any) -> str:
@@ -867,15 +888,13 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     page = data.get("page") or 1
     offset = (page - 1) * AUDIT_PAGE
     rows = list(qs.order_by("-at", "-id")[offset : offset + AUDIT_PAGE + 1])
-    query = request.GET.copy()
-    query.pop("page", None)
     context = {
         "nav": "audit",
         "form": form,
         "entries": rows[:AUDIT_PAGE],
         "has_next": len(rows) > AUDIT_PAGE,
         "page": page,
-        "query": query.urlencode(),
+        "query": query_without(request, "page"),
     }
     if _htmx(request):
         return render(request, "review/audit.html#entries", context)
