@@ -142,6 +142,12 @@ def _check_epoch(run: Run, epoch: int) -> None:
 # --- runs -----------------------------------------------------------------------------------
 
 
+def limits_copied(source: BudgetPolicy | Run, prefix: str) -> dict[str, Any]:
+    """A new run's limit_* fields, copied from its policy's max_* or from another run's limit_*
+    (a fork): a run keeps the limits it was created with."""
+    return {f"limit_{name}": getattr(source, f"{prefix}{name}") for name in BUDGET_LIMITS}
+
+
 def run_create(
     *,
     agent: str,
@@ -160,9 +166,7 @@ def run_create(
         if existing is not None:
             return existing, False
     policy = budget_policy_for(agent)
-    limits: dict[str, Any] = {
-        f"max_{name}": getattr(policy, f"max_{name}") for name in BUDGET_LIMITS
-    }
+    limits = limits_copied(policy, "max_")
     now = clock.now()
     try:
         with transaction.atomic():
@@ -172,12 +176,8 @@ def run_create(
                 input=input,
                 runner=runner,
                 policy=policy,
-                limit_steps=limits["max_steps"],
-                limit_tokens=limits["max_tokens"],
-                limit_cost_usd=limits["max_cost_usd"],
-                limit_wall_seconds=limits["max_wall_seconds"],
-                limit_recoveries=limits["max_recoveries"],
-                deadline=now + timedelta(seconds=limits["max_wall_seconds"]),
+                **limits,
+                deadline=now + timedelta(seconds=limits["limit_wall_seconds"]),
                 event_head=GENESIS_HASH,
             )
             run.save(force_insert=True)
@@ -463,73 +463,10 @@ def run_heartbeat(*, run_id: UUID | str, epoch: int) -> kernel.HeartbeatAnswer:
     return kernel.heartbeat(run_id=run_id, epoch=epoch)
 
 
-def step_intent_record(
-    *,
-    run_id: UUID | str,
-    epoch: int,
-    index: int,
-    kind: str,
-    name: str,
-    effect: str,
-    arguments: Any,
-    enforced_by: str | None = None,
-    outcome: dict[str, Any] | None = None,
-    actor: str,
-) -> kernel.StepAnswer:
-    """Journal a step's intent before it runs (or, for a read step, intent and outcome at once).
-
-    Index `step_count` is a new step and consumes one step of budget; a lower index is a replay
-    (returned as recorded, consuming nothing) or the re-execution of an interrupted step. One
-    statement of the journal kernel (runs/kernel.py).
-    """
-    if effect == Effect.WRITE and outcome is not None:
-        raise invalid(
-            "outcome",
-            "A write step takes two calls: its intent before the tool runs, its outcome after.",
-            "Not allowed on a write step.",
-        )
-    if effect == Effect.READ and enforced_by is not None:
-        raise invalid(
-            "enforced_by", "Only write steps name who enforces them.", "Not allowed on a read step."
-        )
-    return kernel.step_intent(
-        run_id=run_id,
-        epoch=epoch,
-        index=index,
-        kind=kind,
-        name=name,
-        effect=effect,
-        arguments=arguments,
-        enforced_by=enforced_by,
-        outcome=outcome,
-        actor=actor,
-    )
-
-
-def step_outcome_record(
-    *,
-    run_id: UUID | str,
-    index: int,
-    epoch: int,
-    status: str,
-    result: Any,
-    usage: dict[str, Any] | None = None,
-    actor: str,
-) -> kernel.StepAnswer:
-    """Record what a step did. The same outcome twice is a no-op; a different one a conflict.
-
-    Usage is a fact (the tokens were spent), so an outcome that crosses a limit is recorded and
-    then the run moves to budget_exceeded; the caller answers 409 so the worker stops.
-    """
-    return kernel.step_outcome(
-        run_id=run_id,
-        index=index,
-        epoch=epoch,
-        status=status,
-        result=result,
-        usage=usage,
-        actor=actor,
-    )
+# The two hot calls are the journal kernel's statements themselves (runs/kernel.py), rules and
+# all: the service layer adds nothing between them and the caller.
+step_intent_record = kernel.step_intent
+step_outcome_record = kernel.step_outcome
 
 
 FINISH_EVENTS = {
@@ -1053,11 +990,7 @@ def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
             external_id=None,
             input=original.input,
             policy=original.policy,
-            limit_steps=original.limit_steps,
-            limit_tokens=original.limit_tokens,
-            limit_cost_usd=original.limit_cost_usd,
-            limit_wall_seconds=original.limit_wall_seconds,
-            limit_recoveries=original.limit_recoveries,
+            **limits_copied(original, "limit_"),
             used_steps=len(steps),
             used_tokens=sum(s.usage_input_tokens + s.usage_output_tokens for s in steps),
             used_cost_usd=sum((s.usage_cost_usd for s in steps), Decimal(0)),
