@@ -1167,27 +1167,42 @@ def _approval_end(
     step.resolution_note = note
     step.resolution_at = now
     step.outcome_at = now
+    expired = action == ResolutionAction.EXPIRE
+    _approval_decided(
+        run,
+        step,
+        request,
+        ApprovalOutcome.EXPIRED if expired else ApprovalOutcome.DENIED,
+        EventType.STEP_DENIED,
+        {"index": step.index, "by": by, "note": note, "expired": expired},
+        actor=actor,
+        now=now,
+        why="approval_decided",
+    )
+
+
+def _approval_decided(
+    run: Run,
+    step: Step,
+    request: ApprovalRequest,
+    outcome: str,
+    event: EventType,
+    payload: dict[str, Any],
+    *,
+    actor: str,
+    now: datetime,
+    why: str,
+) -> None:
+    """A request decided, once its step has moved: no claim is left on the step, the request
+    keeps its `outcome`, the run's chain the `event`, and a worker is offered the run (`why`)."""
     step.claimed_by = None
     step.claim_expires_at = None
     step.save()
-    request.outcome = (
-        ApprovalOutcome.EXPIRED if action == ResolutionAction.EXPIRE else ApprovalOutcome.DENIED
-    )
+    request.outcome = outcome
     request.decided_at = now
     request.save(update_fields=["outcome", "decided_at"])
-    event_append(
-        run,
-        type=EventType.STEP_DENIED,
-        payload={
-            "index": step.index,
-            "by": by,
-            "note": note,
-            "expired": action == ResolutionAction.EXPIRE,
-        },
-        actor=actor,
-        at=now,
-    )
-    _wake_worker(run, now=now, why="approval_decided")
+    event_append(run, type=event, payload=payload, actor=actor, at=now)
+    _wake_worker(run, now=now, why=why)
 
 
 def _wake_worker(run: Run, *, now: datetime, why: str) -> None:
@@ -1285,24 +1300,21 @@ def step_approve(*, run_id: UUID | str, index: int, by: str, note: str = "") -> 
             if count >= request.approvals_required:
                 step_move(step, StepState.INTENT)
                 step.executions = 0
-                step.claimed_by = None
-                step.claim_expires_at = None
-                step.save()
-                request.outcome = ApprovalOutcome.APPROVED
-                request.decided_at = now
-                request.save(update_fields=["outcome", "decided_at"])
-                event_append(
+                _approval_decided(
                     run,
-                    type=EventType.STEP_APPROVED,
-                    payload={
+                    step,
+                    request,
+                    ApprovalOutcome.APPROVED,
+                    EventType.STEP_APPROVED,
+                    {
                         "index": index,
                         "arguments_hash": request.arguments_hash,
                         "by": [a.by for a in given] + [by],
                     },
                     actor=f"user:{by}",
-                    at=now,
+                    now=now,
+                    why="approved",
                 )
-                _wake_worker(run, now=now, why="approved")
             run.save()
             return step
     assert refusal is not None
