@@ -550,46 +550,57 @@ def _item_response(
     return HttpResponseRedirect(reverse("review:item", args=[step.run_id, step.index]))
 
 
-def _item_post[T](
-    request: HttpRequest,
-    run_id: UUID,
-    index: int,
-    decide: Callable[..., T],
-    ok: Callable[[T], str],
-    form_class: type[forms.Form] | None = None,
-) -> HttpResponse:
-    """A supervisor's POST on a queue item: its form (if it has one) valid, then one service call
-    `decide(user=, run_id=, index=, **the form's fields)`, told as `_item_response` tells it.
-    The resolve form, the page's one form with typing worth keeping, is kept after a refusal."""
-    step = _get_step(run_id, index)
-    form = form_class(request.POST) if form_class is not None else None
-    kept = form if isinstance(form, ResolveForm) else None
-    if form is not None and not form.is_valid():
-        return _item_response(request, step, error=_form_errors(form), form=kept)
-    fields = form.cleaned_data if form is not None else {}
-    try:
-        result = decide(user=request.user, run_id=run_id, index=index, **fields)
-    except ApplicationError as exc:
-        return _item_response(request, step, error=_error_text(exc), form=kept)
-    return _item_response(request, step, ok=ok(result))
+def queue_item_post[T](
+    decide: Callable[..., T], ok: Callable[[T], str], form_class: type[forms.Form] | None = None
+) -> View:
+    """A supervisor's action on a queue item (POST, review.resolve): its form (if it has one)
+    valid, then one service call `decide(user=, run_id=, index=, **the form's fields)`, told as
+    `_item_response` tells it. The resolve form, the page's one form with typing worth keeping,
+    is kept after a refusal."""
+
+    @require_POST
+    @require_perm("resolve")
+    def action(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
+        step = _get_step(run_id, index)
+        form = form_class(request.POST) if form_class is not None else None
+        kept = form if isinstance(form, ResolveForm) else None
+        if form is not None and not form.is_valid():
+            return _item_response(request, step, error=_form_errors(form), form=kept)
+        fields = form.cleaned_data if form is not None else {}
+        try:
+            result = decide(user=request.user, run_id=run_id, index=index, **fields)
+        except ApplicationError as exc:
+            return _item_response(request, step, error=_error_text(exc), form=kept)
+        return _item_response(request, step, ok=ok(result))
+
+    return action
 
 
 RESOLVED_WORDS = {"sent": "marked as sent", "retry": "sent back for retry", "abandon": "abandoned"}
 
 
-@require_POST
-@require_perm("resolve")
-def queue_resolve(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    return _item_post(
-        request,
-        run_id,
-        index,
-        lambda confirm_repeat, **decision: services.review_step_resolve(
-            confirmed_may_repeat=confirm_repeat, **decision
-        ),
-        lambda step: f"Step {index} {RESOLVED_WORDS[str(step.resolution_action)]}.",
-        ResolveForm,
-    )
+def approved_words(step: Step) -> str:
+    if step.state == StepState.AWAITING_APPROVAL:
+        return "Your approval is recorded; one more is needed."
+    return f"Step {step.index} approved: the agent may run it now."
+
+
+queue_resolve = queue_item_post(
+    lambda confirm_repeat, **decision: services.review_step_resolve(
+        confirmed_may_repeat=confirm_repeat, **decision
+    ),
+    lambda step: f"Step {step.index} {RESOLVED_WORDS[str(step.resolution_action)]}.",
+    ResolveForm,
+)
+queue_assign = queue_item_post(
+    services.review_step_assign, lambda step: f"Assigned to {step.claimed_by}.", AssignForm
+)
+queue_approve = queue_item_post(services.review_step_approve, approved_words, ApproveForm)
+queue_deny = queue_item_post(
+    services.review_step_deny, lambda step: f"Step {step.index} denied: it will not run.", DenyForm
+)
+queue_claim = queue_item_post(services.review_step_claim, lambda _: "You claimed this item.")
+queue_release = queue_item_post(services.review_step_release, lambda _: "Claim released.")
 
 
 @require_POST
@@ -614,62 +625,6 @@ def queue_bulk(request: HttpRequest) -> HttpResponse:
             ),
         )
     return HttpResponseRedirect(reverse("review:queue"))
-
-
-@require_POST
-@require_perm("resolve")
-def queue_assign(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    return _item_post(
-        request,
-        run_id,
-        index,
-        services.review_step_assign,
-        lambda step: f"Assigned to {step.claimed_by}.",  # the user's name
-        AssignForm,
-    )
-
-
-def approved_words(step: Step) -> str:
-    if step.state == StepState.AWAITING_APPROVAL:
-        return "Your approval is recorded; one more is needed."
-    return f"Step {step.index} approved: the agent may run it now."
-
-
-@require_POST
-@require_perm("resolve")
-def queue_approve(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    return _item_post(
-        request, run_id, index, services.review_step_approve, approved_words, ApproveForm
-    )
-
-
-@require_POST
-@require_perm("resolve")
-def queue_deny(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    return _item_post(
-        request,
-        run_id,
-        index,
-        services.review_step_deny,
-        lambda _: f"Step {index} denied: it will not run.",
-        DenyForm,
-    )
-
-
-@require_POST
-@require_perm("resolve")
-def queue_claim(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    return _item_post(
-        request, run_id, index, services.review_step_claim, lambda _: "You claimed this item."
-    )
-
-
-@require_POST
-@require_perm("resolve")
-def queue_release(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    return _item_post(
-        request, run_id, index, services.review_step_release, lambda _: "Claim released."
-    )
 
 
 # --- budget policies and approval rules: settings an admin lists and edits -----------------------
