@@ -1069,33 +1069,15 @@ def _step_copy(fork: Run, step: Step) -> Step:
 
 
 def _copied_payload(step: Step) -> dict[str, Any]:
-    """Binds every field of a copied step, as step_intent + step_done (+ step_resolved) would."""
-    return {
-        "index": step.index,
-        "kind": step.kind,
-        "name": step.name,
-        "effect": step.effect,
-        "enforced_by": step.enforced_by,
-        "arguments_hash": step.arguments_hash,
-        "idempotency_key": step.idempotency_key,
-        "state": step.state,
-        "result_hash": arguments_hash(step.result),
-        "usage": {
-            "input_tokens": step.usage_input_tokens,
-            "output_tokens": step.usage_output_tokens,
-            "cost_usd": money(step.usage_cost_usd),
-        },
-        "resolution": (
-            {
-                "action": step.resolution_action,
-                "by": step.resolution_by,
-                "note": step.resolution_note,
-                "at": step.resolution_at.isoformat() if step.resolution_at else None,
-            }
-            if step.resolution_action
-            else None
-        ),
-    }
+    """Binds every field of a copied step, as step_intent + step_done (+ step_resolved) would:
+    the step as the API shows it (the shape runs.binding compares), with its arguments and
+    result by their hashes and without the epoch and times the fork gives it."""
+    from runs.representations import step_json  # which reads runs.services
+
+    shown = step_json(step)
+    for own in ("arguments", "result", "epoch", "intent_at", "outcome_at"):
+        del shown[own]
+    return {**shown, "result_hash": arguments_hash(step.result)}
 
 
 # --- approvals --------------------------------------------------------------------------------
