@@ -1039,33 +1039,34 @@ def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
         return fork
 
 
+# What a fork's copy of a step keeps of the original: all it recorded (its key and result too)
+COPIED_STEP_FIELDS = (
+    "index",
+    "kind",
+    "name",
+    "effect",
+    "enforced_by",
+    "arguments",
+    "arguments_hash",
+    "idempotency_key",
+    "state",
+    "result",
+    "usage_input_tokens",
+    "usage_output_tokens",
+    "usage_cost_usd",
+    "intent_at",
+    "outcome_at",
+    "resolution_action",
+    "resolution_by",
+    "resolution_note",
+    "resolution_at",
+)
+
+
 def _step_copy(fork: Run, step: Step) -> Step:
     """The original's step as the fork's: same key and result, never executed in the fork."""
-    return Step(
-        run=fork,
-        journal_month=fork.journal_month,
-        index=step.index,
-        kind=step.kind,
-        name=step.name,
-        effect=step.effect,
-        enforced_by=step.enforced_by,
-        arguments=step.arguments,
-        arguments_hash=step.arguments_hash,
-        idempotency_key=step.idempotency_key,
-        state=step.state,
-        result=step.result,
-        usage_input_tokens=step.usage_input_tokens,
-        usage_output_tokens=step.usage_output_tokens,
-        usage_cost_usd=step.usage_cost_usd,
-        epoch=0,
-        intent_at=step.intent_at,
-        outcome_at=step.outcome_at,
-        executions=0,
-        resolution_action=step.resolution_action,
-        resolution_by=step.resolution_by,
-        resolution_note=step.resolution_note,
-        resolution_at=step.resolution_at,
-    )
+    copied = {name: getattr(step, name) for name in COPIED_STEP_FIELDS}
+    return Step(run=fork, journal_month=fork.journal_month, epoch=0, executions=0, **copied)
 
 
 def _copied_payload(step: Step) -> dict[str, Any]:
