@@ -265,7 +265,7 @@ HISTORY_WORDS: dict[str, tuple[str, str]] = {
     EventType.RUN_RESUMED: ("resumed ({why})", "resumed"),
     EventType.RECONCILED: (
         "step {index} reconciled from the tool side (key {key_state})",
-        "reconciled",
+        EventType.RECONCILED,
     ),
     EventType.LIMITS_RAISED: ("limits raised by {by}: {note}", "limits"),
     EventType.BUDGET_EXCEEDED: ("budget exceeded: {limit}", "budget"),
