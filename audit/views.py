@@ -17,7 +17,6 @@ from django.http import (
     StreamingHttpResponse,
 )
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
@@ -41,7 +40,7 @@ from audit.retention import (
 )
 from audit.signing import public_key_text, signing_key_id, signing_public_key
 from review.audit import audit_record
-from review.views import _get_run, _posted, _tell, require_perm
+from review.views import run_page_post
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.models import Run
@@ -269,29 +268,22 @@ def retention(request: HttpRequest) -> HttpResponse:
     )
 
 
-@require_POST
-@require_perm("manage_audit")
-def run_legal_hold(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    """An admin puts the run on legal hold or lifts it, from the run's page."""
-    run = _get_run(run_id)
-    form = _posted(request, LegalHoldForm)
-    if form is not None:
-        on = form.cleaned_data["hold"] == "on"
-        _tell(
-            request,
-            lambda: legal_hold_change(
-                actor=request.user,  # type: ignore[arg-type]
-                run_id=run.pk,
-                on=on,
-                note=form.cleaned_data["note"],
-            ),
-            lambda _run: (
-                "The run is on legal hold: retention keeps it."
-                if on
-                else "Legal hold lifted: retention treats the run like any other."
-            ),
-        )
-    return redirect(reverse("review:run", args=[run.pk]) + "#legal-hold")
+run_legal_hold = run_page_post(
+    "manage_audit",
+    LegalHoldForm,
+    lambda user, run, form: legal_hold_change(
+        actor=user,
+        run_id=run.pk,
+        on=form.cleaned_data["hold"] == "on",
+        note=form.cleaned_data["note"],
+    ),
+    lambda run: (
+        "The run is on legal hold: retention keeps it."
+        if run.legal_hold
+        else "Legal hold lifted: retention treats the run like any other."
+    ),
+    anchor="#legal-hold",
+)
 
 
 def _recent_purges() -> list[Any]:

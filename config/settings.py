@@ -19,6 +19,11 @@ def env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def every(seconds: int, task: str) -> dict[str, object]:
+    """A Celery beat entry: run `task` every `seconds`."""
+    return {"task": task, "schedule": timedelta(seconds=seconds)}
+
+
 def env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     return default if value in (None, "") else int(value)
@@ -248,28 +253,15 @@ LEDGER_REAPER_INTERVAL_SECONDS = env_int("LEDGER_REAPER_INTERVAL_SECONDS", 5)
 # a live run nobody has touched for this long is dispatched again (its task may have been lost)
 LEDGER_REDISPATCH_IDLE_SECONDS = env_int("LEDGER_REDISPATCH_IDLE_SECONDS", 300)
 CELERY_BEAT_SCHEDULE = {
-    "reap-expired-leases": {
-        "task": "runs.tasks.reap_expired_leases",
-        "schedule": timedelta(seconds=LEDGER_REAPER_INTERVAL_SECONDS),
-    },
-    "enforce-deadlines": {
-        "task": "runs.tasks.enforce_deadlines",
-        "schedule": timedelta(seconds=LEDGER_REAPER_INTERVAL_SECONDS),
-    },
+    "reap-expired-leases": every(LEDGER_REAPER_INTERVAL_SECONDS, "runs.tasks.reap_expired_leases"),
+    "enforce-deadlines": every(LEDGER_REAPER_INTERVAL_SECONDS, "runs.tasks.enforce_deadlines"),
     # runs whose task a broker lost (never leased, or a lost re-dispatch) are offered again
-    "redispatch-idle-runs": {
-        "task": "runs.tasks.redispatch_idle_runs",
-        "schedule": timedelta(seconds=max(LEDGER_REDISPATCH_IDLE_SECONDS // 4, 5)),
-    },
+    "redispatch-idle-runs": every(
+        max(LEDGER_REDISPATCH_IDLE_SECONDS // 4, 5), "runs.tasks.redispatch_idle_runs"
+    ),
     # steps nobody approved before their rule's expiry become denied (action "expire")
-    "expire-approvals": {
-        "task": "runs.tasks.expire_approvals",
-        "schedule": timedelta(seconds=LEDGER_REAPER_INTERVAL_SECONDS),
-    },
-    "prune-idempotency-keys": {
-        "task": "tools.tasks.prune_idempotency_keys",
-        "schedule": timedelta(hours=1),
-    },
+    "expire-approvals": every(LEDGER_REAPER_INTERVAL_SECONDS, "runs.tasks.expire_approvals"),
+    "prune-idempotency-keys": every(60 * 60, "tools.tasks.prune_idempotency_keys"),
 }
 
 # Review dashboard (issue 5): an item waiting longer than the SLA mails the supervisors once;
@@ -280,14 +272,12 @@ LOGIN_MAX_FAILURES = env_int("LOGIN_MAX_FAILURES", 5)
 LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 15 * 60)
 # The console's overview reads past days from a rollup that beat recomputes (console.rollup)
 CONSOLE_ROLLUP_DAYS = env_int("CONSOLE_ROLLUP_DAYS", 31)
-CELERY_BEAT_SCHEDULE["console-refresh-run-days"] = {
-    "task": "console.tasks.refresh_run_days",
-    "schedule": timedelta(seconds=env_int("CONSOLE_ROLLUP_SECONDS", 300)),
-}
-CELERY_BEAT_SCHEDULE["review-escalate-waiting-items"] = {
-    "task": "review.tasks.escalate_waiting_items",
-    "schedule": timedelta(seconds=env_int("REVIEW_ESCALATION_INTERVAL_SECONDS", 60)),
-}
+CELERY_BEAT_SCHEDULE["console-refresh-run-days"] = every(
+    env_int("CONSOLE_ROLLUP_SECONDS", 300), "console.tasks.refresh_run_days"
+)
+CELERY_BEAT_SCHEDULE["review-escalate-waiting-items"] = every(
+    env_int("REVIEW_ESCALATION_INTERVAL_SECONDS", 60), "review.tasks.escalate_waiting_items"
+)
 # Tool side: an in_progress key whose lock is older than this is stale ("maybe executed").
 TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS = env_int("TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS", 60)
 # Finished keys are kept at least this long (never less than 72 h), then pruned hourly.
@@ -309,15 +299,11 @@ AUDIT_EXPORT_SYNC_MAX_RUNS = env_int("AUDIT_EXPORT_SYNC_MAX_RUNS", 2000)
 AUDIT_CHECKPOINT_INTERVAL_SECONDS = env_int("AUDIT_CHECKPOINT_INTERVAL_SECONDS", 3600)
 CELERY_BEAT_SCHEDULE.update(
     {
-        "audit-checkpoint": {
-            "task": "audit.tasks.checkpoint_write",
-            "schedule": timedelta(seconds=AUDIT_CHECKPOINT_INTERVAL_SECONDS),
-        },
-        "audit-expire-exports": {
-            "task": "audit.tasks.exports_expire",
-            "schedule": timedelta(minutes=15),
-        },
-        "audit-retention": {"task": "audit.tasks.retention_purge", "schedule": timedelta(hours=24)},
+        "audit-checkpoint": every(
+            AUDIT_CHECKPOINT_INTERVAL_SECONDS, "audit.tasks.checkpoint_write"
+        ),
+        "audit-expire-exports": every(15 * 60, "audit.tasks.exports_expire"),
+        "audit-retention": every(24 * 60 * 60, "audit.tasks.retention_purge"),
     }
 )
 

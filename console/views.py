@@ -14,54 +14,45 @@ from console import overview as fleet
 from console import services
 from console.forms import BulkForm, CancelForm, ForkForm
 from review.forms import RunFilterForm
-from review.views import _form_errors, _get_run, _posted, _tell, require_perm
+from review.views import (
+    _form_errors,
+    _run_post,
+    _tell,
+    query_without,
+    require_perm,
+    run_page_post,
+)
+from runs.models import Run
+
+run_cancel = run_page_post(
+    "run_actions",
+    CancelForm,
+    lambda user, run, form: services.console_run_cancel(
+        user=user, run_id=run.pk, **form.cleaned_data
+    ),
+    lambda _: "Run cancelled: its worker's next write is refused.",
+    anchor="#run-actions",
+)
 
 
-def _back(run_id: Any) -> HttpResponseRedirect:
-    return HttpResponseRedirect(reverse("review:run", args=[run_id]) + "#run-actions")
+def fork_create(user: Any, run: Run, form: ForkForm) -> Run:
+    return services.console_run_fork(user=user, run_id=run.pk, **form.cleaned_data)
 
 
-@require_POST
-@require_perm("run_actions")
-def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    run = _get_run(run_id)
-    form = _posted(request, CancelForm)
-    if form is not None:
-        _tell(
-            request,
-            lambda: services.console_run_cancel(
-                user=request.user,  # type: ignore[arg-type]
-                run_id=run.pk,
-                note=form.cleaned_data["note"],
-            ),
-            lambda _: "Run cancelled: its worker's next write is refused.",
-        )
-    return _back(run.pk)
+def fork_outcome(fork: Run) -> str:
+    if fork.forked_from_index:
+        return f"Fork created with steps 0–{fork.forked_from_index - 1} copied"
+    return "Fork created from the start (no steps copied)."
 
 
 @require_POST
 @require_perm("run_actions")
 def run_fork(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    run = _get_run(run_id)
-    form = _posted(request, ForkForm)
-    if form is None:
-        return _back(run.pk)
-    fork = _tell(
-        request,
-        lambda: services.console_run_fork(
-            user=request.user,  # type: ignore[arg-type]
-            run_id=run.pk,
-            index=form.cleaned_data["index"],
-            note=form.cleaned_data["note"],
-        ),
-        lambda fork: (
-            f"Fork created with steps 0–{fork.forked_from_index - 1} copied"
-            if fork.forked_from_index
-            else "Fork created from the start (no steps copied)."
-        ),
-    )
+    """The fork's page when it was created; the original run's actions otherwise."""
+    answer = _run_post(request, run_id, ForkForm, fork_create, ok=fork_outcome)
+    original, fork = answer
     if fork is None:
-        return _back(run.pk)
+        return HttpResponseRedirect(reverse("review:run", args=[original.pk]) + "#run-actions")
     return HttpResponseRedirect(reverse("review:run", args=[fork.pk]))
 
 
@@ -96,8 +87,6 @@ def bulk(request: HttpRequest) -> HttpResponse:
     elif request.method == "POST":
         messages.error(request, _form_errors(form))
     count = services.bulk_count(filters, action)
-    query = request.GET.copy()
-    query.pop("action", None)
     context = {
         "nav": "runs",
         "filter_form": filter_form,
@@ -105,7 +94,7 @@ def bulk(request: HttpRequest) -> HttpResponse:
         "count": count,
         "limit": services.BULK_LIMIT,
         "over_limit": count > services.BULK_LIMIT,
-        "query": query.urlencode(),
+        "query": query_without(request, "action"),
         "outcome": outcome,
         "sample": list(services.bulk_selection(filters, action)[:10]),
     }

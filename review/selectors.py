@@ -249,68 +249,53 @@ class HistoryLine:
     kind: str
 
 
+class _Payload(dict[str, Any]):
+    """An event's payload for str.format_map: a key it lacks reads as None, as .get() would."""
+
+    def __missing__(self, key: str) -> None:
+        return None
+
+
+# What each event type says in a run's history ({key} is read from the event's payload), and
+# the kind of line it is.
+HISTORY_WORDS: dict[str, tuple[str, str]] = {
+    EventType.LEASE_EXPIRED: ("lease lost at step {at_step}, worker {worker}", "lost"),
+    EventType.NEEDS_REVIEW: ("sent to review ({reason})", "review"),
+    EventType.STEP_RESOLVED: ("step {index} resolved as {action} by {by}: {note}", "resolved"),
+    EventType.RUN_RESUMED: ("resumed ({why})", "resumed"),
+    EventType.RECONCILED: (
+        "step {index} reconciled from the tool side (key {key_state})",
+        EventType.RECONCILED,
+    ),
+    EventType.LIMITS_RAISED: ("limits raised by {by}: {note}", "limits"),
+    EventType.BUDGET_EXCEEDED: ("budget exceeded: {limit}", "budget"),
+    EventType.RUN_CANCELLED: ("cancelled by {by}: {note}", "final"),
+    EventType.RUN_FORKED: ("forked at step {index} by {by}: {note}", "fork"),
+    EventType.RUN_LEGAL_HOLD_SET: ("put on legal hold by {by}: {note}", "hold"),
+    EventType.RUN_LEGAL_HOLD_LIFTED: ("hold lifted by {by}: {note}", "hold"),
+    EventType.RUN_COMPLETED: ("run completed", "final"),
+    EventType.RUN_FAILED: ("run failed", "final"),
+    EventType.RUN_ABANDONED: ("run abandoned", "final"),
+}
+
+
 def run_history(events: list[Event]) -> list[HistoryLine]:
     """Lease and recovery history in words, read from the run's own events."""
     lines: list[HistoryLine] = []
     for e in events:
-        p = e.payload or {}
+        p = _Payload(e.payload or {})
         if e.type == EventType.LEASE_ACQUIRED:
             if p.get("recovery"):
                 text = (
-                    f"recovered by {p.get('worker')} (epoch {p.get('epoch')}); "
+                    f"recovered by {p['worker']} (epoch {p['epoch']}); "
                     f"{p.get('replayable_steps', 0)} steps replayed"
                 )
             else:
-                text = f"leased by {p.get('worker')} (epoch {p.get('epoch')})"
+                text = f"leased by {p['worker']} (epoch {p['epoch']})"
             lines.append(HistoryLine(e.at, text, "lease"))
-        elif e.type == EventType.LEASE_EXPIRED:
-            lines.append(
-                HistoryLine(
-                    e.at, f"lease lost at step {p.get('at_step')}, worker {p.get('worker')}", "lost"
-                )
-            )
-        elif e.type == EventType.NEEDS_REVIEW:
-            lines.append(HistoryLine(e.at, f"sent to review ({p.get('reason')})", "review"))
-        elif e.type == EventType.STEP_RESOLVED:
-            lines.append(
-                HistoryLine(
-                    e.at,
-                    f"step {p.get('index')} resolved as {p.get('action')} by {p.get('by')}: "
-                    f"{p.get('note')}",
-                    "resolved",
-                )
-            )
-        elif e.type == EventType.RUN_RESUMED:
-            lines.append(HistoryLine(e.at, f"resumed ({p.get('why')})", "resumed"))
-        elif e.type == EventType.RECONCILED:
-            lines.append(
-                HistoryLine(
-                    e.at,
-                    f"step {p.get('index')} reconciled from the tool side (key {p.get('key_state')})",
-                    EventType.RECONCILED,
-                )
-            )
-        elif e.type == EventType.LIMITS_RAISED:
-            lines.append(
-                HistoryLine(e.at, f"limits raised by {p.get('by')}: {p.get('note')}", "limits")
-            )
-        elif e.type == EventType.BUDGET_EXCEEDED:
-            lines.append(HistoryLine(e.at, f"budget exceeded: {p.get('limit')}", "budget"))
-        elif e.type == EventType.RUN_CANCELLED:
-            lines.append(HistoryLine(e.at, f"cancelled by {p.get('by')}: {p.get('note')}", "final"))
-        elif e.type == EventType.RUN_FORKED:
-            lines.append(
-                HistoryLine(
-                    e.at,
-                    f"forked at step {p.get('index')} by {p.get('by')}: {p.get('note')}",
-                    "fork",
-                )
-            )
-        elif e.type in (EventType.RUN_LEGAL_HOLD_SET, EventType.RUN_LEGAL_HOLD_LIFTED):
-            what = "put on legal hold" if e.type == EventType.RUN_LEGAL_HOLD_SET else "hold lifted"
-            lines.append(HistoryLine(e.at, f"{what} by {p.get('by')}: {p.get('note')}", "hold"))
-        elif e.type in (EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_ABANDONED):
-            lines.append(HistoryLine(e.at, e.type.replace("run_", "run "), "final"))
+        elif e.type in HISTORY_WORDS:
+            words, kind = HISTORY_WORDS[e.type]
+            lines.append(HistoryLine(e.at, words.format_map(p), kind))
     return lines
 
 

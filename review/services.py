@@ -7,6 +7,7 @@ or not at all. Refusals are runs.api_errors.ApplicationError (code, message, det
 import hashlib
 import hmac
 import json
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -18,7 +19,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Model
 from django.utils import timezone
 
 from review.audit import audit_record
@@ -131,41 +132,50 @@ def review_step_resolve(
         return step
 
 
+def _step_decided(
+    decide: Callable[..., Step],
+    action: str,
+    *,
+    user: AbstractBaseUser,
+    run_id: UUID | str,
+    index: int,
+    note: str,
+    more: Callable[[Step], dict[str, Any]] = lambda step: {},
+) -> Step:
+    """One person's decision on a step waiting for approval (`decide` is step_approve or
+    step_deny) and its audit entry `action`, in one transaction. A request past its expiry is
+    denied first, and that stays recorded even if this decision is then refused."""
+    approval_expire_if_due(run_id=run_id, index=index)
+    with transaction.atomic():
+        step = decide(run_id=run_id, index=index, by=user.get_username(), note=note)
+        details = {"run_id": str(run_id), "index": index, "step": step.name, **more(step)}
+        audit_record(
+            actor=user,
+            action=action,
+            target=_step_target(run_id, index),
+            note=note,
+            details=details,
+        )
+        return step
+
+
 def review_step_approve(
     *, user: AbstractBaseUser, run_id: UUID | str, index: int, note: str = ""
 ) -> Step:
-    """One person's approval of a step waiting for it, with its audit entry."""
-    approval_expire_if_due(run_id=run_id, index=index)  # recorded even if the approval is refused
-    with transaction.atomic():
-        step = step_approve(run_id=run_id, index=index, by=user.get_username(), note=note)
-        audit_record(
-            actor=user,
-            action="step.approve",
-            target=_step_target(run_id, index),
-            note=note,
-            details={
-                "run_id": str(run_id),
-                "index": index,
-                "step": step.name,
-                "arguments_hash": step.arguments_hash,
-                "state": step.state,
-            },
-        )
-        return step
+    """One person's approval (the audit entry names what was approved: the arguments' hash)."""
+    return _step_decided(
+        step_approve,
+        "step.approve",
+        user=user,
+        run_id=run_id,
+        index=index,
+        note=note,
+        more=lambda step: {"arguments_hash": step.arguments_hash, "state": step.state},
+    )
 
 
 def review_step_deny(*, user: AbstractBaseUser, run_id: UUID | str, index: int, note: str) -> Step:
-    approval_expire_if_due(run_id=run_id, index=index)
-    with transaction.atomic():
-        step = step_deny(run_id=run_id, index=index, by=user.get_username(), note=note)
-        audit_record(
-            actor=user,
-            action="step.deny",
-            target=_step_target(run_id, index),
-            note=note,
-            details={"run_id": str(run_id), "index": index, "step": step.name},
-        )
-        return step
+    return _step_decided(step_deny, "step.deny", user=user, run_id=run_id, index=index, note=note)
 
 
 BULK_RESOLUTIONS = ("sent", "retry", "abandon")
@@ -420,12 +430,70 @@ POLICY_FIELDS = (
 )
 
 
-def _policy_values(policy: BudgetPolicy) -> dict[str, Any]:
+def _setting_values(setting: Model, fields: Iterable[str]) -> dict[str, Any]:
+    """A setting's fields as its audit entry keeps them (a Decimal as text)."""
     return {
-        f: (str(v) if isinstance(v, Decimal) else v)
-        for f in POLICY_FIELDS
-        for v in [getattr(policy, f)]
+        f: (str(v) if isinstance(v, Decimal) else v) for f in fields for v in [getattr(setting, f)]
     }
+
+
+def _setting_save[M: Model](
+    *,
+    user: AbstractBaseUser,
+    stored: M | None,
+    blank: M,
+    fields: tuple[str, ...],
+    values: dict[str, Any],
+    kind: str,
+    conflict: Callable[[IntegrityError], ApplicationError],
+    check: Callable[[M], None] = lambda setting: None,
+) -> M:
+    """Create (from `blank`) or edit (`stored`) an admin's setting with `values`, audited as
+    `<kind>.create` or `<kind>.update` with its fields before and after, in one transaction.
+    `check` refuses or completes it before it is saved; a unique constraint it breaks is
+    answered as `conflict`."""
+    with transaction.atomic():
+        before = None if stored is None else _setting_values(stored, fields)
+        target = stored or blank
+        for field in fields:
+            if field in values:
+                setattr(target, field, values[field])
+        check(target)
+        try:
+            with transaction.atomic():
+                target.save()
+        except IntegrityError as exc:
+            raise conflict(exc) from exc
+        audit_record(
+            actor=user,
+            action=f"{kind}.create" if stored is None else f"{kind}.update",
+            target=f"{kind}:{target.pk}",
+            note=str(values.get("note", "")),
+            details={"before": before, "after": _setting_values(target, fields)},
+        )
+        return target
+
+
+def _policy_check(policy: BudgetPolicy) -> None:
+    """A policy belongs to one agent or is the default; a new default takes the flag over."""
+    policy.agent = (policy.agent or "").strip() or None
+    if policy.is_default and policy.agent:
+        raise ApplicationError(
+            "validation_error",
+            "The default policy applies to every agent.",
+            status_code=400,
+            details={
+                "agent": ["The default policy applies to every agent; leave the agent empty."]
+            },
+        )
+    if not policy.is_default and not policy.agent:
+        raise invalid(
+            "agent",
+            "A policy belongs to an agent or is the default.",
+            "Assign the policy to an agent, or make it the default.",
+        )
+    if policy.is_default:
+        BudgetPolicy.objects.filter(is_default=True).exclude(pk=policy.pk).update(is_default=False)
 
 
 def budget_policy_save(
@@ -435,50 +503,20 @@ def budget_policy_save(
 
     Running runs keep the limits they copied; this only affects runs created afterwards.
     """
-    with transaction.atomic():
-        creating = policy is None
-        before = None if policy is None else _policy_values(policy)
-        target = policy or BudgetPolicy()
-        for field in POLICY_FIELDS:
-            if field in values:
-                setattr(target, field, values[field])
-        target.agent = (target.agent or "").strip() or None
-        if target.is_default and target.agent:
-            raise ApplicationError(
-                "validation_error",
-                "The default policy applies to every agent.",
-                status_code=400,
-                details={
-                    "agent": ["The default policy applies to every agent; leave the agent empty."]
-                },
-            )
-        if not target.is_default and not target.agent:
-            raise invalid(
-                "agent",
-                "A policy belongs to an agent or is the default.",
-                "Assign the policy to an agent, or make it the default.",
-            )
-        if target.is_default:
-            BudgetPolicy.objects.filter(is_default=True).exclude(pk=target.pk).update(
-                is_default=False
-            )
-        try:
-            with transaction.atomic():
-                target.save()
-        except IntegrityError as exc:
-            raise invalid(
-                "policy",
-                "The policy conflicts with another one (name or agent already used).",
-                str(exc).splitlines()[0],
-            ) from exc
-        audit_record(
-            actor=user,
-            action="policy.create" if creating else "policy.update",
-            target=f"policy:{target.pk}",
-            note=str(values.get("note", "")),
-            details={"before": before, "after": _policy_values(target)},
-        )
-        return target
+    return _setting_save(
+        user=user,
+        stored=policy,
+        blank=BudgetPolicy(),
+        fields=POLICY_FIELDS,
+        values=values,
+        kind="policy",
+        conflict=lambda exc: invalid(
+            "policy",
+            "The policy conflicts with another one (name or agent already used).",
+            str(exc).splitlines()[0],
+        ),
+        check=_policy_check,
+    )
 
 
 # --- approval rules ----------------------------------------------------------------------------
@@ -491,30 +529,19 @@ def approval_rule_save(
 ) -> ApprovalRule:
     """Create or edit an approval rule, audited. New write intents see it at once; steps
     already waiting keep the request they were given."""
-    with transaction.atomic():
-        creating = rule is None
-        before = None if rule is None else {f: getattr(rule, f) for f in RULE_FIELDS}
-        target = rule or ApprovalRule(created_by=user.get_username())
-        for field in RULE_FIELDS:
-            if field in values:
-                setattr(target, field, values[field])
-        try:
-            with transaction.atomic():
-                target.save()
-        except IntegrityError as exc:
-            raise invalid(
-                "tool_pattern",
-                "A rule for this agent and tool pattern exists already.",
-                "Already has a rule.",
-            ) from exc
-        audit_record(
-            actor=user,
-            action="approval_rule.create" if creating else "approval_rule.update",
-            target=f"approval_rule:{target.pk}",
-            note=str(values.get("note", "")),
-            details={"before": before, "after": {f: getattr(target, f) for f in RULE_FIELDS}},
-        )
-        return target
+    return _setting_save(
+        user=user,
+        stored=rule,
+        blank=ApprovalRule(created_by=user.get_username()),
+        fields=RULE_FIELDS,
+        values=values,
+        kind="approval_rule",
+        conflict=lambda _: invalid(
+            "tool_pattern",
+            "A rule for this agent and tool pattern exists already.",
+            "Already has a rule.",
+        ),
+    )
 
 
 # --- MCP upstream tools --------------------------------------------------------------------------

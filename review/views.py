@@ -14,6 +14,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
@@ -26,6 +27,7 @@ from review.forms import (
     ApprovalRuleForm,
     ApproveForm,
     AssignForm,
+    AuditedModelForm,
     AuditFilterForm,
     BulkDecideForm,
     DecideForm,
@@ -86,6 +88,13 @@ def _attempted_username(request: HttpRequest) -> str:
 def _htmx(request: HttpRequest) -> bool:
     """True for requests htmx made (django-htmx's middleware sets request.htmx)."""
     return bool(getattr(request, "htmx", False))
+
+
+def query_without(request: HttpRequest, name: str) -> str:
+    """The page's query string without `name`, for links that set it (a pager, an action)."""
+    query = request.GET.copy()
+    query.pop(name, None)
+    return query.urlencode()
 
 
 def _client_ip(request: HttpRequest) -> str:
@@ -161,8 +170,6 @@ def runs_list(request: HttpRequest) -> HttpResponse:
     runs, has_next = selectors.runs_page(filters, page=page)
     rows = _run_rows(runs)
     any_live = any(r["live"] for r in rows)
-    query = request.GET.copy()
-    query.pop("page", None)
     context = {
         "nav": "runs",
         "form": form,
@@ -170,7 +177,7 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         "page": page,
         "has_next": has_next,
         "any_live": any_live,
-        "query": query.urlencode(),
+        "query": query_without(request, "page"),
         "counts": selectors.run_status_counts(),
         "count_cap": selectors.STATUS_COUNT_CAP,
         "current_status": filters.status,
@@ -258,44 +265,50 @@ def run_verify(request: HttpRequest, run_id: UUID) -> HttpResponse:
     return HttpResponseRedirect(reverse("review:run", args=[run.pk]))
 
 
-@require_POST
-@require_perm("resolve")
-def run_decide(request: HttpRequest, run_id: UUID) -> HttpResponse:
+def _run_post[F: forms.Form, T](
+    request: HttpRequest,
+    run_id: UUID,
+    form_class: type[F],
+    act: Callable[[Any, Run, F], T],
+    ok: Callable[[T], str],
+) -> tuple[Run, T | None]:
+    """A POST from a run's page: the run (404 if none), its valid form, then one service call
+    `act(user, run, form)`, told as a message (`_tell`). The run, and what the call returned."""
     run = _get_run(run_id)
-    form = DecideForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, _form_errors(form))
-    else:
-        try:
-            services.review_run_decide(
-                user=request.user,  # type: ignore[arg-type]
-                run_id=run.pk,
-                action=form.cleaned_data["action"],
-                note=form.cleaned_data["note"],
-            )
-            messages.success(request, f"Run {form.cleaned_data['action']}d.")
-        except ApplicationError as exc:
-            messages.error(request, exc.message)
-    return HttpResponseRedirect(reverse("review:run", args=[run.pk]))
+    form = _posted(request, form_class)
+    if form is None:
+        return run, None
+    user = request.user
+    return run, _tell(request, lambda: act(user, run, form), ok)
 
 
-@require_POST
-@require_perm("raise_limits")
-def run_limits(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    run = _get_run(run_id)
-    form = _posted(request, LimitsForm)
-    if form is not None:
-        _tell(
-            request,
-            lambda: services.review_limits_raise(
-                user=request.user,  # type: ignore[arg-type]
-                run_id=run.pk,
-                note=form.cleaned_data["note"],
-                limits=form.limits(),
-            ),
-            limits_outcome,
-        )
-    return HttpResponseRedirect(reverse("review:run", args=[run.pk]))
+def run_page_post[F: forms.Form, T](
+    permission: str,
+    form_class: type[F],
+    act: Callable[[Any, Run, F], T],
+    ok: Callable[[T], str],
+    anchor: str = "",
+) -> View:
+    """An action on a run's page (POST, review.<permission>): `_run_post`, then back to the
+    run's page at `anchor`."""
+
+    @require_POST
+    @require_perm(permission)
+    def action(request: HttpRequest, run_id: UUID) -> HttpResponse:
+        run, _ = _run_post(request, run_id, form_class, act, ok)
+        return HttpResponseRedirect(reverse("review:run", args=[run.pk]) + anchor)
+
+    return action
+
+
+run_decide = run_page_post(
+    "resolve",
+    DecideForm,
+    lambda user, run, form: services.review_run_decide(
+        user=user, run_id=run.pk, **form.cleaned_data
+    ),
+    lambda run: "Run abandoned." if run.status == RunStatus.ABANDONED else "Run resumed.",
+)
 
 
 def limits_outcome(run: Run) -> str:
@@ -313,6 +326,16 @@ def limits_outcome(run: Run) -> str:
     if run.status == RunStatus.RUNNING:
         return "Limits raised; the run resumes with the next lease."
     return f"Limits raised; the run is {run.status}."
+
+
+run_limits = run_page_post(
+    "raise_limits",
+    LimitsForm,
+    lambda user, run, form: services.review_limits_raise(
+        user=user, run_id=run.pk, note=form.cleaned_data["note"], limits=form.limits()
+    ),
+    limits_outcome,
+)
 
 
 def _form_errors(form: Any) -> str:
@@ -527,28 +550,57 @@ def _item_response(
     return HttpResponseRedirect(reverse("review:item", args=[step.run_id, step.index]))
 
 
-@require_POST
-@require_perm("resolve")
-def queue_resolve(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    step = _get_step(run_id, index)
-    form = ResolveForm(request.POST)
-    if not form.is_valid():
-        return _item_response(request, step, error=_form_errors(form), form=form)
-    action = form.cleaned_data["action"]
-    try:
-        services.review_step_resolve(
-            user=request.user,  # type: ignore[arg-type]
-            run_id=run_id,
-            index=index,
-            action=action,
-            note=form.cleaned_data["note"],
-            result=form.cleaned_data["result"],
-            confirmed_may_repeat=form.cleaned_data["confirm_repeat"],
-        )
-    except ApplicationError as exc:
-        return _item_response(request, step, error=exc.message, form=form)
-    done = {"sent": "marked as sent", "retry": "sent back for retry", "abandon": "abandoned"}
-    return _item_response(request, step, ok=f"Step {index} {done[action]}.")
+def queue_item_post[T](
+    decide: Callable[..., T], ok: Callable[[T], str], form_class: type[forms.Form] | None = None
+) -> View:
+    """A supervisor's action on a queue item (POST, review.resolve): its form (if it has one)
+    valid, then one service call `decide(user=, run_id=, index=, **the form's fields)`, told as
+    `_item_response` tells it. The resolve form, the page's one form with typing worth keeping,
+    is kept after a refusal."""
+
+    @require_POST
+    @require_perm("resolve")
+    def action(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
+        step = _get_step(run_id, index)
+        form = form_class(request.POST) if form_class is not None else None
+        kept = form if isinstance(form, ResolveForm) else None
+        if form is not None and not form.is_valid():
+            return _item_response(request, step, error=_form_errors(form), form=kept)
+        fields = form.cleaned_data if form is not None else {}
+        try:
+            result = decide(user=request.user, run_id=run_id, index=index, **fields)
+        except ApplicationError as exc:
+            return _item_response(request, step, error=_error_text(exc), form=kept)
+        return _item_response(request, step, ok=ok(result))
+
+    return action
+
+
+RESOLVED_WORDS = {"sent": "marked as sent", "retry": "sent back for retry", "abandon": "abandoned"}
+
+
+def approved_words(step: Step) -> str:
+    if step.state == StepState.AWAITING_APPROVAL:
+        return "Your approval is recorded; one more is needed."
+    return f"Step {step.index} approved: the agent may run it now."
+
+
+queue_resolve = queue_item_post(
+    lambda confirm_repeat, **decision: services.review_step_resolve(
+        confirmed_may_repeat=confirm_repeat, **decision
+    ),
+    lambda step: f"Step {step.index} {RESOLVED_WORDS[str(step.resolution_action)]}.",
+    ResolveForm,
+)
+queue_assign = queue_item_post(
+    services.review_step_assign, lambda step: f"Assigned to {step.claimed_by}.", AssignForm
+)
+queue_approve = queue_item_post(services.review_step_approve, approved_words, ApproveForm)
+queue_deny = queue_item_post(
+    services.review_step_deny, lambda step: f"Step {step.index} denied: it will not run.", DenyForm
+)
+queue_claim = queue_item_post(services.review_step_claim, lambda _: "You claimed this item.")
+queue_release = queue_item_post(services.review_step_release, lambda _: "Claim released.")
 
 
 @require_POST
@@ -575,120 +627,79 @@ def queue_bulk(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(reverse("review:queue"))
 
 
-@require_POST
-@require_perm("resolve")
-def queue_assign(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    step = _get_step(run_id, index)
-    form = AssignForm(request.POST)
-    if not form.is_valid():
-        return _item_response(request, step, error=_form_errors(form))
-    try:
-        services.review_step_assign(
-            user=request.user,  # type: ignore[arg-type]
-            run_id=run_id,
-            index=index,
-            assignee=form.cleaned_data["assignee"],
+# --- budget policies and approval rules: settings an admin lists and edits -----------------------
+
+
+def _settings_list(template: str, name: str, rows: QuerySet[Any]) -> View:
+    """A settings list page: every row of `rows` (read afresh on each request) as `name`."""
+
+    @require_GET
+    @require_perm("manage_policies")
+    def page(request: HttpRequest) -> HttpResponse:
+        return render(request, template, {"nav": "policies", name: list(rows.all())})
+
+    return page
+
+
+def _settings_edit[M: Model](
+    form_class: type[AuditedModelForm],
+    name: str,
+    back: str,
+    save: Callable[..., M],
+    saved: Callable[[M], str],
+) -> View:
+    """A setting's new-and-edit page: the form's fields and note go to its service as
+    `save(user=, <name>=the stored row or None, values=)`; a refusal stays on the form (400).
+    The page is review/<name>_form.html, showing the stored row as `name`."""
+    model = form_class._meta.model
+    fields = form_class._meta.fields or ()
+
+    @require_http_methods(["GET", "POST"])
+    @require_perm("manage_policies")
+    def page(request: HttpRequest, pk: int | None = None) -> HttpResponse:
+        stored = get_object_or_404(model, pk=pk) if pk else None
+        form = form_class(request.POST or None, instance=stored)
+        # a fresh copy for the service: validating the form wrote the posted values onto `stored`
+        result = _save_form(
+            request,
+            form,
+            fields,
+            lambda values: save(
+                user=request.user,
+                **{name: model.objects.get(pk=pk) if stored else None},
+                values=values,
+            ),
         )
-    except ApplicationError as exc:
-        return _item_response(request, step, error=_error_text(exc))
-    return _item_response(request, step, ok=f"Assigned to {form.cleaned_data['assignee']}.")
+        if result is not None:
+            messages.success(request, saved(result))
+            return HttpResponseRedirect(reverse(back))
+        context = {"nav": "policies", "form": form, name: stored}
+        status = 400 if request.method == "POST" else 200
+        return render(request, f"review/{name}_form.html", context, status=status)
+
+    return page
 
 
-@require_POST
-@require_perm("resolve")
-def queue_approve(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    step = _get_step(run_id, index)
-    form = ApproveForm(request.POST)
-    form.is_valid()
-    try:
-        approved = services.review_step_approve(
-            user=request.user,  # type: ignore[arg-type]
-            run_id=run_id,
-            index=index,
-            note=form.cleaned_data.get("note", ""),
-        )
-    except ApplicationError as exc:
-        return _item_response(request, step, error=exc.message)
-    if approved.state == StepState.AWAITING_APPROVAL:
-        return _item_response(request, step, ok="Your approval is recorded; one more is needed.")
-    return _item_response(request, step, ok=f"Step {index} approved: the agent may run it now.")
-
-
-@require_POST
-@require_perm("resolve")
-def queue_deny(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    step = _get_step(run_id, index)
-    form = DenyForm(request.POST)
-    if not form.is_valid():
-        return _item_response(request, step, error=_form_errors(form))
-    try:
-        services.review_step_deny(
-            user=request.user,  # type: ignore[arg-type]
-            run_id=run_id,
-            index=index,
-            note=form.cleaned_data["note"],
-        )
-    except ApplicationError as exc:
-        return _item_response(request, step, error=exc.message)
-    return _item_response(request, step, ok=f"Step {index} denied: it will not run.")
-
-
-@require_POST
-@require_perm("resolve")
-def queue_claim(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    step = _get_step(run_id, index)
-    try:
-        services.review_step_claim(user=request.user, run_id=run_id, index=index)  # type: ignore[arg-type]
-    except ApplicationError as exc:
-        return _item_response(request, step, error=exc.message)
-    return _item_response(request, step, ok="You claimed this item.")
-
-
-@require_POST
-@require_perm("resolve")
-def queue_release(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
-    step = _get_step(run_id, index)
-    try:
-        services.review_step_release(user=request.user, run_id=run_id, index=index)  # type: ignore[arg-type]
-    except ApplicationError as exc:
-        return _item_response(request, step, error=exc.message)
-    return _item_response(request, step, ok="Claim released.")
-
-
-# --- budget policies ------------------------------------------------------------------------------
-
-
-@require_GET
-@require_perm("manage_policies")
-def policies(request: HttpRequest) -> HttpResponse:
-    return render(
-        request,
-        "review/policies.html",
-        {"nav": "policies", "policies": list(BudgetPolicy.objects.order_by("-is_default", "name"))},
-    )
-
-
-@require_http_methods(["GET", "POST"])
-@require_perm("manage_policies")
-def policy_edit(request: HttpRequest, policy_id: int | None = None) -> HttpResponse:
-    policy = get_object_or_404(BudgetPolicy, pk=policy_id) if policy_id else None
-    form = PolicyForm(request.POST or None, instance=policy)
-    saved = _save_form(
-        request,
-        form,
-        services.POLICY_FIELDS,
-        lambda values: services.budget_policy_save(
-            user=request.user,  # type: ignore[arg-type]
-            policy=BudgetPolicy.objects.get(pk=policy.pk) if policy else None,
-            values=values,
-        ),
-    )
-    if saved is not None:
-        messages.success(request, f"Policy “{saved.name}” saved; new runs of its agents use it.")
-        return HttpResponseRedirect(reverse("review:policies"))
-    return render(
-        request, "review/policy_form.html", {"nav": "policies", "form": form, "policy": policy}
-    )
+policies = _settings_list(
+    "review/policies.html", "policies", BudgetPolicy.objects.order_by("-is_default", "name")
+)
+policy_edit = _settings_edit(
+    PolicyForm,
+    "policy",
+    "review:policies",
+    services.budget_policy_save,
+    lambda policy: f"Policy “{policy.name}” saved; new runs of its agents use it.",
+)
+approval_rules = _settings_list(
+    "review/approval_rules.html", "rules", ApprovalRule.objects.order_by("agent", "tool_pattern")
+)
+approval_rule_edit = _settings_edit(
+    ApprovalRuleForm,
+    "rule",
+    "review:approval_rules",
+    services.approval_rule_save,
+    lambda _: "Approval rule saved.",
+)
 
 
 # --- escalation webhooks --------------------------------------------------------------------------
@@ -720,45 +731,6 @@ def notifications(request: HttpRequest) -> HttpResponse:
             "reachable": services.escalation_reachable(),
             "supervisors_with_mail": selectors.supervisors_with_mail(),
         },
-        status=400 if request.method == "POST" else 200,
-    )
-
-
-# --- approval rules -----------------------------------------------------------------------------
-
-
-@require_GET
-@require_perm("manage_policies")
-def approval_rules(request: HttpRequest) -> HttpResponse:
-    return render(
-        request,
-        "review/approval_rules.html",
-        {"nav": "policies", "rules": list(ApprovalRule.objects.order_by("agent", "tool_pattern"))},
-    )
-
-
-@require_http_methods(["GET", "POST"])
-@require_perm("manage_policies")
-def approval_rule_edit(request: HttpRequest, rule_id: int | None = None) -> HttpResponse:
-    rule = get_object_or_404(ApprovalRule, pk=rule_id) if rule_id else None
-    form = ApprovalRuleForm(request.POST or None, instance=rule)
-    saved = _save_form(
-        request,
-        form,
-        services.RULE_FIELDS,
-        lambda values: services.approval_rule_save(
-            user=request.user,  # type: ignore[arg-type]
-            rule=ApprovalRule.objects.get(pk=rule.pk) if rule else None,
-            values=values,
-        ),
-    )
-    if saved is not None:
-        messages.success(request, "Approval rule saved.")
-        return HttpResponseRedirect(reverse("review:approval_rules"))
-    return render(
-        request,
-        "review/approval_rule_form.html",
-        {"nav": "policies", "form": form, "rule": rule},
         status=400 if request.method == "POST" else 200,
     )
 
@@ -871,15 +843,13 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     page = data.get("page") or 1
     offset = (page - 1) * AUDIT_PAGE
     rows = list(qs.order_by("-at", "-id")[offset : offset + AUDIT_PAGE + 1])
-    query = request.GET.copy()
-    query.pop("page", None)
     context = {
         "nav": "audit",
         "form": form,
         "entries": rows[:AUDIT_PAGE],
         "has_next": len(rows) > AUDIT_PAGE,
         "page": page,
-        "query": query.urlencode(),
+        "query": query_without(request, "page"),
     }
     if _htmx(request):
         return render(request, "review/audit.html#entries", context)

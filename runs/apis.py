@@ -1,5 +1,6 @@
 """The worker API: one view per operation, thin callers of runs.services."""
 
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import (
@@ -498,38 +499,32 @@ class StepOutcomeApi(APIView):
         return Response(body)
 
 
-class RunCompleteApi(APIView):
-    @extend_schema_serializer(component_name="RunCompleteInput")
-    class InputSerializer(EpochSerializer):
-        output = AnyJSONField()
-
-    @extend_schema(
-        operation_id="runs_complete",
-        request=InputSerializer,
-        responses={200: RunOutputSerializer, **_errors("stale_epoch", also=COMMON)},
+def run_finish_api(verb: str, payload: str, finish: Callable[..., Run]) -> type[APIView]:
+    """The worker's last call on a run, operation `runs_<verb>`: its epoch and one JSON field
+    `payload` for `finish`, answered with the run. Complete and fail are this one call."""
+    name = f"Run{verb.title()}"
+    input_serializer = extend_schema_serializer(component_name=f"{name}Input")(
+        type(f"{name}InputSerializer", (EpochSerializer,), {payload: AnyJSONField()})
     )
-    def post(self, request: Request, run_id: str) -> Response:
-        run_check_visible(principal=request.user, run_id=run_id)
-        data = _validated(self.InputSerializer, request)
-        run = services.run_complete(run_id=run_id, **data, actor=actor_of(request))
-        return Response(run_json(run))
+
+    class RunFinishApi(APIView):
+        @extend_schema(
+            operation_id=f"runs_{verb}",
+            request=input_serializer,
+            responses={200: RunOutputSerializer, **_errors("stale_epoch", also=COMMON)},
+        )
+        def post(self, request: Request, run_id: str) -> Response:
+            run_check_visible(principal=request.user, run_id=run_id)
+            data = _validated(input_serializer, request)
+            run = finish(run_id=run_id, **data, actor=actor_of(request))
+            return Response(run_json(run))
+
+    RunFinishApi.__name__ = RunFinishApi.__qualname__ = f"{name}Api"
+    return RunFinishApi
 
 
-class RunFailApi(APIView):
-    @extend_schema_serializer(component_name="RunFailInput")
-    class InputSerializer(EpochSerializer):
-        error = AnyJSONField()
-
-    @extend_schema(
-        operation_id="runs_fail",
-        request=InputSerializer,
-        responses={200: RunOutputSerializer, **_errors("stale_epoch", also=COMMON)},
-    )
-    def post(self, request: Request, run_id: str) -> Response:
-        run_check_visible(principal=request.user, run_id=run_id)
-        data = _validated(self.InputSerializer, request)
-        run = services.run_fail(run_id=run_id, **data, actor=actor_of(request))
-        return Response(run_json(run))
+RunCompleteApi = run_finish_api("complete", "output", services.run_complete)
+RunFailApi = run_finish_api("fail", "error", services.run_fail)
 
 
 class RunJournalApi(APIView):

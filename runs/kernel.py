@@ -23,7 +23,7 @@ from uuid import UUID
 from django.db import connection, transaction
 
 from runs import clock
-from runs.api_errors import ApplicationError
+from runs.api_errors import ApplicationError, invalid
 from runs.canonical import (
     GENESIS_HASH,
     canonical_json,
@@ -335,16 +335,29 @@ def step_intent(
     name: str,
     effect: str,
     arguments: Any,
-    enforced_by: str | None,
-    outcome: dict[str, Any] | None,
+    enforced_by: str | None = None,
+    outcome: dict[str, Any] | None = None,
     actor: str,
 ) -> StepAnswer:
-    """Journal an intent (a new step, a replay, or the re-execution of an interrupted one); a
-    read step's outcome in the same call."""
+    """Journal a step's intent before it runs (or, for a read step, intent and outcome at once).
+
+    Index `step_count` is a new step and consumes one step of budget; a lower index is a replay
+    (returned as recorded, consuming nothing) or the re-execution of an interrupted step. A
+    write step takes two calls (no outcome here) and, naming no enforcer, is enforced by nobody;
+    a read step names none.
+    """
+    if effect == Effect.WRITE and outcome is not None:
+        raise invalid(
+            "outcome",
+            "A write step takes two calls: its intent before the tool runs, its outcome after.",
+            "Not allowed on a write step.",
+        )
+    if effect == Effect.READ and enforced_by is not None:
+        raise invalid(
+            "enforced_by", "Only write steps name who enforces them.", "Not allowed on a read step."
+        )
     if effect == Effect.WRITE and enforced_by is None:
         enforced_by = EnforcedBy.NOBODY
-    if effect == Effect.READ:
-        enforced_by = None
     args_text = _text(arguments)
     args_hash = sha256_hex(args_text.encode("utf-8"))
     key = idempotency_key(run_id=run_id, index=index, name=name, args_hash=args_hash)
@@ -406,10 +419,15 @@ def step_outcome(
     epoch: int,
     status: str,
     result: Any,
-    usage: dict[str, Any] | None,
+    usage: dict[str, Any] | None = None,
     actor: str,
 ) -> StepAnswer:
-    """Record what a step did; the same outcome again is answered as recorded."""
+    """Record what a step did. The same outcome twice is answered as recorded; a different one
+    is a conflict.
+
+    Usage is a fact (the tokens were spent), so an outcome that crosses a limit is recorded and
+    then the run moves to budget_exceeded; the caller answers 409 so the worker stops.
+    """
     if not 0 <= index < 2**31:  # no such step can exist (the column is an integer)
         raise refusal("step_not_found", {"index": index}, run_id=run_id)
     result_text = _text(result)

@@ -142,6 +142,12 @@ def _check_epoch(run: Run, epoch: int) -> None:
 # --- runs -----------------------------------------------------------------------------------
 
 
+def limits_copied(source: BudgetPolicy | Run, prefix: str) -> dict[str, Any]:
+    """A new run's limit_* fields, copied from its policy's max_* or from another run's limit_*
+    (a fork): a run keeps the limits it was created with."""
+    return {f"limit_{name}": getattr(source, f"{prefix}{name}") for name in BUDGET_LIMITS}
+
+
 def run_create(
     *,
     agent: str,
@@ -160,9 +166,7 @@ def run_create(
         if existing is not None:
             return existing, False
     policy = budget_policy_for(agent)
-    limits: dict[str, Any] = {
-        f"max_{name}": getattr(policy, f"max_{name}") for name in BUDGET_LIMITS
-    }
+    limits = limits_copied(policy, "max_")
     now = clock.now()
     try:
         with transaction.atomic():
@@ -172,12 +176,8 @@ def run_create(
                 input=input,
                 runner=runner,
                 policy=policy,
-                limit_steps=limits["max_steps"],
-                limit_tokens=limits["max_tokens"],
-                limit_cost_usd=limits["max_cost_usd"],
-                limit_wall_seconds=limits["max_wall_seconds"],
-                limit_recoveries=limits["max_recoveries"],
-                deadline=now + timedelta(seconds=limits["max_wall_seconds"]),
+                **limits,
+                deadline=now + timedelta(seconds=limits["limit_wall_seconds"]),
                 event_head=GENESIS_HASH,
             )
             run.save(force_insert=True)
@@ -463,73 +463,10 @@ def run_heartbeat(*, run_id: UUID | str, epoch: int) -> kernel.HeartbeatAnswer:
     return kernel.heartbeat(run_id=run_id, epoch=epoch)
 
 
-def step_intent_record(
-    *,
-    run_id: UUID | str,
-    epoch: int,
-    index: int,
-    kind: str,
-    name: str,
-    effect: str,
-    arguments: Any,
-    enforced_by: str | None = None,
-    outcome: dict[str, Any] | None = None,
-    actor: str,
-) -> kernel.StepAnswer:
-    """Journal a step's intent before it runs (or, for a read step, intent and outcome at once).
-
-    Index `step_count` is a new step and consumes one step of budget; a lower index is a replay
-    (returned as recorded, consuming nothing) or the re-execution of an interrupted step. One
-    statement of the journal kernel (runs/kernel.py).
-    """
-    if effect == Effect.WRITE and outcome is not None:
-        raise invalid(
-            "outcome",
-            "A write step takes two calls: its intent before the tool runs, its outcome after.",
-            "Not allowed on a write step.",
-        )
-    if effect == Effect.READ and enforced_by is not None:
-        raise invalid(
-            "enforced_by", "Only write steps name who enforces them.", "Not allowed on a read step."
-        )
-    return kernel.step_intent(
-        run_id=run_id,
-        epoch=epoch,
-        index=index,
-        kind=kind,
-        name=name,
-        effect=effect,
-        arguments=arguments,
-        enforced_by=enforced_by,
-        outcome=outcome,
-        actor=actor,
-    )
-
-
-def step_outcome_record(
-    *,
-    run_id: UUID | str,
-    index: int,
-    epoch: int,
-    status: str,
-    result: Any,
-    usage: dict[str, Any] | None = None,
-    actor: str,
-) -> kernel.StepAnswer:
-    """Record what a step did. The same outcome twice is a no-op; a different one a conflict.
-
-    Usage is a fact (the tokens were spent), so an outcome that crosses a limit is recorded and
-    then the run moves to budget_exceeded; the caller answers 409 so the worker stops.
-    """
-    return kernel.step_outcome(
-        run_id=run_id,
-        index=index,
-        epoch=epoch,
-        status=status,
-        result=result,
-        usage=usage,
-        actor=actor,
-    )
+# The two hot calls are the journal kernel's statements themselves (runs/kernel.py), rules and
+# all: the service layer adds nothing between them and the caller.
+step_intent_record = kernel.step_intent
+step_outcome_record = kernel.step_outcome
 
 
 FINISH_EVENTS = {
@@ -1053,11 +990,7 @@ def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
             external_id=None,
             input=original.input,
             policy=original.policy,
-            limit_steps=original.limit_steps,
-            limit_tokens=original.limit_tokens,
-            limit_cost_usd=original.limit_cost_usd,
-            limit_wall_seconds=original.limit_wall_seconds,
-            limit_recoveries=original.limit_recoveries,
+            **limits_copied(original, "limit_"),
             used_steps=len(steps),
             used_tokens=sum(s.usage_input_tokens + s.usage_output_tokens for s in steps),
             used_cost_usd=sum((s.usage_cost_usd for s in steps), Decimal(0)),
@@ -1106,63 +1039,46 @@ def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
         return fork
 
 
+# What a fork's copy of a step keeps of the original: all it recorded (its key and result too)
+COPIED_STEP_FIELDS = (
+    "index",
+    "kind",
+    "name",
+    "effect",
+    "enforced_by",
+    "arguments",
+    "arguments_hash",
+    "idempotency_key",
+    "state",
+    "result",
+    "usage_input_tokens",
+    "usage_output_tokens",
+    "usage_cost_usd",
+    "intent_at",
+    "outcome_at",
+    "resolution_action",
+    "resolution_by",
+    "resolution_note",
+    "resolution_at",
+)
+
+
 def _step_copy(fork: Run, step: Step) -> Step:
     """The original's step as the fork's: same key and result, never executed in the fork."""
-    return Step(
-        run=fork,
-        journal_month=fork.journal_month,
-        index=step.index,
-        kind=step.kind,
-        name=step.name,
-        effect=step.effect,
-        enforced_by=step.enforced_by,
-        arguments=step.arguments,
-        arguments_hash=step.arguments_hash,
-        idempotency_key=step.idempotency_key,
-        state=step.state,
-        result=step.result,
-        usage_input_tokens=step.usage_input_tokens,
-        usage_output_tokens=step.usage_output_tokens,
-        usage_cost_usd=step.usage_cost_usd,
-        epoch=0,
-        intent_at=step.intent_at,
-        outcome_at=step.outcome_at,
-        executions=0,
-        resolution_action=step.resolution_action,
-        resolution_by=step.resolution_by,
-        resolution_note=step.resolution_note,
-        resolution_at=step.resolution_at,
-    )
+    copied = {name: getattr(step, name) for name in COPIED_STEP_FIELDS}
+    return Step(run=fork, journal_month=fork.journal_month, epoch=0, executions=0, **copied)
 
 
 def _copied_payload(step: Step) -> dict[str, Any]:
-    """Binds every field of a copied step, as step_intent + step_done (+ step_resolved) would."""
-    return {
-        "index": step.index,
-        "kind": step.kind,
-        "name": step.name,
-        "effect": step.effect,
-        "enforced_by": step.enforced_by,
-        "arguments_hash": step.arguments_hash,
-        "idempotency_key": step.idempotency_key,
-        "state": step.state,
-        "result_hash": arguments_hash(step.result),
-        "usage": {
-            "input_tokens": step.usage_input_tokens,
-            "output_tokens": step.usage_output_tokens,
-            "cost_usd": money(step.usage_cost_usd),
-        },
-        "resolution": (
-            {
-                "action": step.resolution_action,
-                "by": step.resolution_by,
-                "note": step.resolution_note,
-                "at": step.resolution_at.isoformat() if step.resolution_at else None,
-            }
-            if step.resolution_action
-            else None
-        ),
-    }
+    """Binds every field of a copied step, as step_intent + step_done (+ step_resolved) would:
+    the step as the API shows it (the shape runs.binding compares), with its arguments and
+    result by their hashes and without the epoch and times the fork gives it."""
+    from runs.representations import step_json  # which reads runs.services
+
+    shown = step_json(step)
+    for own in ("arguments", "result", "epoch", "intent_at", "outcome_at"):
+        del shown[own]
+    return {**shown, "result_hash": arguments_hash(step.result)}
 
 
 # --- approvals --------------------------------------------------------------------------------
@@ -1234,27 +1150,42 @@ def _approval_end(
     step.resolution_note = note
     step.resolution_at = now
     step.outcome_at = now
+    expired = action == ResolutionAction.EXPIRE
+    _approval_decided(
+        run,
+        step,
+        request,
+        ApprovalOutcome.EXPIRED if expired else ApprovalOutcome.DENIED,
+        EventType.STEP_DENIED,
+        {"index": step.index, "by": by, "note": note, "expired": expired},
+        actor=actor,
+        now=now,
+        why="approval_decided",
+    )
+
+
+def _approval_decided(
+    run: Run,
+    step: Step,
+    request: ApprovalRequest,
+    outcome: str,
+    event: EventType,
+    payload: dict[str, Any],
+    *,
+    actor: str,
+    now: datetime,
+    why: str,
+) -> None:
+    """A request decided, once its step has moved: no claim is left on the step, the request
+    keeps its `outcome`, the run's chain the `event`, and a worker is offered the run (`why`)."""
     step.claimed_by = None
     step.claim_expires_at = None
     step.save()
-    request.outcome = (
-        ApprovalOutcome.EXPIRED if action == ResolutionAction.EXPIRE else ApprovalOutcome.DENIED
-    )
+    request.outcome = outcome
     request.decided_at = now
     request.save(update_fields=["outcome", "decided_at"])
-    event_append(
-        run,
-        type=EventType.STEP_DENIED,
-        payload={
-            "index": step.index,
-            "by": by,
-            "note": note,
-            "expired": action == ResolutionAction.EXPIRE,
-        },
-        actor=actor,
-        at=now,
-    )
-    _wake_worker(run, now=now, why="approval_decided")
+    event_append(run, type=event, payload=payload, actor=actor, at=now)
+    _wake_worker(run, now=now, why=why)
 
 
 def _wake_worker(run: Run, *, now: datetime, why: str) -> None:
@@ -1352,24 +1283,21 @@ def step_approve(*, run_id: UUID | str, index: int, by: str, note: str = "") -> 
             if count >= request.approvals_required:
                 step_move(step, StepState.INTENT)
                 step.executions = 0
-                step.claimed_by = None
-                step.claim_expires_at = None
-                step.save()
-                request.outcome = ApprovalOutcome.APPROVED
-                request.decided_at = now
-                request.save(update_fields=["outcome", "decided_at"])
-                event_append(
+                _approval_decided(
                     run,
-                    type=EventType.STEP_APPROVED,
-                    payload={
+                    step,
+                    request,
+                    ApprovalOutcome.APPROVED,
+                    EventType.STEP_APPROVED,
+                    {
                         "index": index,
                         "arguments_hash": request.arguments_hash,
                         "by": [a.by for a in given] + [by],
                     },
                     actor=f"user:{by}",
-                    at=now,
+                    now=now,
+                    why="approved",
                 )
-                _wake_worker(run, now=now, why="approved")
             run.save()
             return step
     assert refusal is not None

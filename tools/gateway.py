@@ -13,7 +13,9 @@ journalled with its outcome in one statement afterwards (a lost read is only re-
 A replay (the step already done or error) answers the recorded step without running anything.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -59,20 +61,21 @@ def gateway_step_run(
             },
         )
     validated = found.validate(arguments)  # 400 before anything is journalled
-    if found.effect == Effect.READ:
-        return _read_step(found.fn, validated, run_id, epoch, index, name, arguments, actor)
-    crash_point("before_intent")
-    intent = step_intent_record(
+    # this step's journal entry; what differs between a read and a write is given to it
+    record = partial(
+        step_intent_record,
         run_id=run_id,
         epoch=epoch,
         index=index,
         kind=StepKind.TOOL,
         name=name,
-        effect=Effect.WRITE,
-        enforced_by=EnforcedBy.LEDGER,
         arguments=arguments,
         actor=actor,
     )
+    if found.effect == Effect.READ:
+        return _read_step(found.fn, validated, name, actor, record)
+    crash_point("before_intent")
+    intent = record(effect=Effect.WRITE, enforced_by=EnforcedBy.LEDGER)
     step = intent.step
     if step.state != StepState.INTENT:
         return GatewayStep(step=step, created=False)  # recorded before: replay it
@@ -106,30 +109,14 @@ def gateway_step_run(
 
 
 def _read_step(
-    fn: Any,
-    validated: dict[str, Any],
-    run_id: UUID | str,
-    epoch: int,
-    index: int,
-    name: str,
-    arguments: dict[str, Any],
-    actor: str,
+    fn: Any, validated: dict[str, Any], name: str, actor: str, record: Callable[..., StepAnswer]
 ) -> GatewayStep:
+    """Run a read tool, then journal its intent and outcome in one call of `record`."""
     try:
         outcome = {"status": "ok", "result": fn(validated, ToolContext(name, None, actor))}
     except ToolError as exc:
         outcome = {"status": "error", "result": exc.body()}
-    recorded = step_intent_record(
-        run_id=run_id,
-        epoch=epoch,
-        index=index,
-        kind=StepKind.TOOL,
-        name=name,
-        effect=Effect.READ,
-        arguments=arguments,
-        outcome={**outcome, "usage": None},
-        actor=actor,
-    )
+    recorded = record(effect=Effect.READ, outcome={**outcome, "usage": None})
     return GatewayStep(
         step=recorded.step, created=recorded.created, budget_refusal=recorded.budget_refusal
     )
