@@ -22,14 +22,16 @@ pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="read
 
 
 def _sockets(port: int, *, remote: bool, state: str) -> set[str]:
-    """Inodes of IPv4 TCP sockets in `state` (hex, as /proc/net/tcp says it) whose local (or
-    remote) port is `port`."""
+    """Inodes of TCP sockets (IPv4 and IPv6) in `state` (hex, as /proc/net/tcp says it) whose
+    local (or remote) port is `port`."""
     inodes = set()
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        address = fields[2] if remote else fields[1]
-        if int(address.rsplit(":", 1)[1], 16) == port and fields[3] == state:
-            inodes.add(fields[9])
+    for table in (Path("/proc/net/tcp"), Path("/proc/net/tcp6")):
+        lines = table.read_text().splitlines()[1:] if table.exists() else []
+        for line in lines:
+            fields = line.split()
+            address = fields[2] if remote else fields[1]
+            if int(address.rsplit(":", 1)[1], 16) == port and fields[3] == state:
+                inodes.add(fields[9])
     return inodes
 
 
