@@ -23,7 +23,13 @@ from uuid import UUID
 import orjson
 import psycopg
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, connections
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    connections,
+)
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import APIException
@@ -391,6 +397,10 @@ class HotPathWSGI:
         hot = self._answer(environ) if environ.get("REQUEST_METHOD") == "POST" else None
         if hot is None:
             return self.django_app(environ, start_response)
+        # what Django's request_finished would do, which a hot answer never sends: close a
+        # connection past DATABASE_CONN_MAX_AGE (at 0, every one), or each gunicorn thread whose
+        # last request was a hot call kept its connection open, idle, for good
+        close_old_connections()
         status = f"{hot.status} {_REASONS.get(hot.status, 'Error')}"
         headers = [*HEADERS, ("Content-Length", str(len(hot.body)))]
         if hot.status == 503:

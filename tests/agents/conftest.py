@@ -21,7 +21,7 @@ from tests.agents.fixtures import (  # noqa: F401  (names the agent tests import
     support_policy,
 )
 from tests.conftest import ROOT  # noqa: F401
-from tests.processes import celery_app_on, flush_redis, start_celery_worker, stop_process
+from tests.processes import celery_app_on, flush_redis, start_celery_worker, stop_celery_worker
 
 
 @pytest.fixture
@@ -52,4 +52,4 @@ def start_worker(desk: AgentDesk) -> Iterator[Callable[..., tuple[subprocess.Pop
 
     yield start
     for proc in started:
-        stop_process(proc, timeout=20)
+        stop_celery_worker(proc)

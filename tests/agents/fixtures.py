@@ -28,7 +28,7 @@ from tests.processes import (
     gunicorn_server,
     redis_url,
     start_celery_worker,
-    stop_process,
+    stop_celery_worker,
 )
 from tests.processes import smtp_sink as smtp_sink_running
 from tools.models import KnowledgeArticle, OutboundEmail, Ticket
@@ -212,7 +212,8 @@ def celery_worker_start(
 
 
 def celery_worker_stop(proc: subprocess.Popen[bytes]) -> None:
-    stop_process(proc, timeout=20)
+    """At the end of a test: at once (`stop_celery_worker`)."""
+    stop_celery_worker(proc)
 
 
 def effects_for(desk: AgentDesk, customer: str) -> tuple[int, int, int]:

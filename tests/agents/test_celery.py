@@ -43,6 +43,15 @@ def wait_for_status(run_id: str, statuses: set[str], timeout: float = 120) -> Ru
     raise AssertionError(f"run {run_id} still {Run.objects.get(pk=run_id).status}")
 
 
+def reaped_once_the_lease_lapses(timeout: float = 30) -> int:
+    """Run the reaper (beat's task) until it reaps something; how many leases it reaped."""
+    deadline = time.monotonic() + timeout
+    while (reaped := runs_reap_expired_leases()) == 0:
+        assert time.monotonic() < deadline, "the lease never expired"
+        time.sleep(0.1)
+    return reaped
+
+
 def test_celery_worker_killed_mid_run_is_redelivered_and_completes_from_the_journal(
     desk: AgentDesk, start_worker: Callable[..., Any], celery_on_db2: None
 ) -> None:
@@ -90,10 +99,7 @@ def test_whole_celery_worker_lost_mid_run_the_reaper_hands_the_run_to_another_wo
 
     # another machine's worker; beat's reaper sees the lease lapse and re-dispatches the run
     _other, other_log = start_worker()
-    deadline = time.monotonic() + 30
-    while runs_reap_expired_leases() == 0:
-        assert time.monotonic() < deadline, "the lease never expired"
-        time.sleep(0.5)
+    reaped_once_the_lease_lapses()
     run = wait_for_status(str(started.pk), {"completed", "needs_review", "failed"})
     assert run.status == "completed", other_log.read_text()
     leases = list(Event.objects.filter(run=run, type="lease_acquired").order_by("seq"))
@@ -107,7 +113,6 @@ def test_whole_celery_worker_lost_mid_run_the_reaper_hands_the_run_to_another_wo
 def test_reaper_redispatches_an_interrupted_run_to_a_celery_worker(
     desk: AgentDesk, start_worker: Callable[..., Any], celery_on_db2: None
 ) -> None:
-    start_worker()
     run_id, customer = create_run(desk)
     # a worker leased it and vanished before doing anything (no task is queued for it)
     lease = httpx.post(
@@ -116,10 +121,10 @@ def test_reaper_redispatches_an_interrupted_run_to_a_celery_worker(
         headers={"Authorization": f"Bearer {desk.token}"},
     )
     assert lease.status_code == 200
-    time.sleep(5.5)
+    start_worker()  # while the 5 s lease runs out
 
     # the beat task's service: interrupted -> run_resumable -> agents re-dispatch (after commit)
-    assert runs_reap_expired_leases() == 1
+    assert reaped_once_the_lease_lapses() == 1
     run = wait_for_status(run_id, {"completed", "needs_review", "failed"})
     assert run.status == "completed"
     types = list(Event.objects.filter(run=run).values_list("type", flat=True))

@@ -4,6 +4,8 @@ through one process is refused by every node once their one-second token cache h
 
 import itertools
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -14,19 +16,37 @@ from runs.authentication import hash_token
 from runs.chain import run_chain_breaks
 from runs.models import Run, WorkerToken
 from runs.tokens import worker_token_create, worker_token_revoke
-from tests.conftest import gunicorn_server
+from tests.processes import start_gunicorn, stop_process
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def two_nodes(django_db_setup: Any) -> Iterator[tuple[str, str]]:
+    """Two gunicorn web nodes (2 worker processes each) on the one test database, started side by
+    side, for the module: they keep nothing between requests but the token cache. The tests take
+    `transactional_db`, so what they write is committed."""
+    with ThreadPoolExecutor(max_workers=2) as starting:
+        started = list(
+            starting.map(
+                lambda name: start_gunicorn(workers=2, threads=2, log_name=name),
+                ("node-a", "node-b"),
+            )
+        )
+    try:
+        yield started[0][0], started[1][0]
+    finally:
+        for _url, proc in started:
+            stop_process(proc)
+
+
 def test_a_worker_spreading_its_calls_over_two_web_nodes_journals_one_clean_run(
-    transactional_db: Any,
+    transactional_db: Any, two_nodes: tuple[str, str]
 ) -> None:
     _, token = worker_token_create(name="spread")
     headers = {"Authorization": f"Bearer {token}"}
+    node_a, node_b = two_nodes
     with (
-        gunicorn_server(workers=1, threads=2, log_name="node-a") as node_a,
-        gunicorn_server(workers=1, threads=2, log_name="node-b") as node_b,
         httpx.Client(base_url=node_a, headers=headers) as a,
         httpx.Client(base_url=node_b, headers=headers) as b,
     ):
@@ -62,13 +82,12 @@ def test_a_worker_spreading_its_calls_over_two_web_nodes_journals_one_clean_run(
 
 
 def test_a_revoked_token_is_refused_by_every_node_after_the_token_cache_turns_over(
-    transactional_db: Any,
+    transactional_db: Any, two_nodes: tuple[str, str]
 ) -> None:
     _, token = worker_token_create(name="leaving")
     headers = {"Authorization": f"Bearer {token}"}
+    node_a, node_b = two_nodes
     with (
-        gunicorn_server(workers=2, threads=2, log_name="node-a") as node_a,
-        gunicorn_server(workers=2, threads=2, log_name="node-b") as node_b,
         httpx.Client(base_url=node_a, headers=headers) as a,
         httpx.Client(base_url=node_b, headers=headers) as b,
     ):

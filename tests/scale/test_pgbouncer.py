@@ -20,6 +20,7 @@ import httpx
 import pytest
 from django.db import connection
 
+from runs import clock
 from runs.chain import run_chain_breaks
 from runs.models import Run, Step
 from runs.tokens import worker_token_create
@@ -41,8 +42,10 @@ def pgbouncer_port() -> Iterator[int]:
         yield port
 
 
-@pytest.fixture
-def pooled_server(transactional_db: Any, pgbouncer_port: int) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def pooled_server(django_db_setup: Any, pgbouncer_port: int) -> Iterator[str]:
+    """gunicorn on the pooler, one for the module (it keeps nothing between requests); the tests
+    that use it take `transactional_db`, so what they write is committed."""
     settings = connection.settings_dict
     url = f"postgres://root@127.0.0.1:{pgbouncer_port}/{settings['NAME']}"
     # plain HTTP on loopback: the session and CSRF cookies may not be Secure-only here
@@ -94,7 +97,7 @@ def agent_run(base: str, token: str, name: str, failures: list[str]) -> None:
 
 
 def test_eight_agents_journal_and_use_the_gateway_through_three_pooled_connections(
-    pooled_server: str,
+    transactional_db: Any, pooled_server: str
 ) -> None:
     _, token = worker_token_create(name="pooled")
     failures: list[str] = []
@@ -114,8 +117,16 @@ def test_eight_agents_journal_and_use_the_gateway_through_three_pooled_connectio
     assert all(run_chain_breaks(r) == [] for r in runs)
 
 
+def lease_lapsed(run_id: str, timeout: float = 30) -> None:
+    """Return once the run's lease has run out (by the clock the servers on this machine use)."""
+    deadline = time.monotonic() + timeout
+    while Run.objects.filter(pk=run_id, lease_expires_at__gt=clock.now()).exists():
+        assert time.monotonic() < deadline, "the lease never ran out"
+        time.sleep(0.1)
+
+
 def test_recovery_the_dashboard_and_verify_journal_work_through_the_pooler(
-    pooled_server: str, pgbouncer_port: int
+    transactional_db: Any, pooled_server: str, pgbouncer_port: int
 ) -> None:
     _, token = worker_token_create(name="pooled")
     with httpx.Client(base_url=pooled_server, headers={"Authorization": f"Bearer {token}"}) as http:
@@ -128,7 +139,7 @@ def test_recovery_the_dashboard_and_verify_journal_work_through_the_pooler(
                   "effect": "write", "enforced_by": "nobody", "arguments": {"to": "a@b.c"}},
         )  # fmt: skip
         assert intent.status_code == 201
-        time.sleep(5.5)  # the worker "died": its lease runs out
+        lease_lapsed(run_id)  # the worker "died": its lease runs out
         takeover = http.post(f"/api/v1/runs/{run_id}/lease", json={"worker": "w-2"})
         assert takeover.status_code == 409
         assert takeover.json()["error"]["code"] == "needs_review"

@@ -41,7 +41,7 @@ def smtp_server() -> Iterator[SmtpRecorder]:
         yield recorder
 
 
-def _server_env(smtp_port: int) -> dict[str, str]:
+def server_env_for(smtp_port: int) -> dict[str, str]:
     return {
         "CELERY_BROKER_URL": BROKER_URL,
         "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
@@ -74,7 +74,7 @@ def tools_server(
 
     Tests that talk to it must use `transactional_db` so what they write is committed.
     """
-    url, proc = _gunicorn(workers=2, threads=4, env=_server_env(smtp_server.port))
+    url, proc = _gunicorn(workers=2, threads=4, env=server_env_for(smtp_server.port))
     try:
         yield url
     finally:
@@ -92,7 +92,7 @@ def killable_server(
 
     def start(**extra_env: str) -> tuple[str, subprocess.Popen]:
         url, proc = _gunicorn(
-            workers=1, threads=2, env={**_server_env(smtp_server.port), **extra_env}
+            workers=1, threads=2, env={**server_env_for(smtp_server.port), **extra_env}
         )
         started.append(proc)
         return url, proc

@@ -14,7 +14,7 @@ the step ends where they say, with never more than one email row and one SMTP me
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -23,7 +23,8 @@ import pytest
 from runs import services
 from runs.models import Run, Step
 from tests.conftest import chain_problems
-from tests.tools.conftest import SmtpRecorder
+from tests.processes import start_gunicorn, stop_process
+from tests.tools.conftest import SmtpRecorder, server_env_for
 from tools.models import OutboundEmail
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -64,6 +65,26 @@ class Worker:
         )
 
 
+@pytest.fixture(scope="module")
+def takeover_server(django_db_setup: Any, smtp_server: SmtpRecorder) -> Iterator[str]:
+    """The gunicorn that takes over after each kill (no crash point; the same short lock
+    timeout), one for the module: it keeps no state of a run between requests."""
+    url, proc = start_gunicorn(
+        env={
+            **server_env_for(smtp_server.port),
+            "TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS": LOCK_TIMEOUT,
+        },
+        workers=1,
+        threads=2,
+        log_name="tools-gunicorn-takeover",
+        ready_path="/api/v1/tools/",
+    )
+    try:
+        yield url
+    finally:
+        stop_process(proc)
+
+
 def smtp_to(smtp: SmtpRecorder, to: str) -> int:
     return sum(1 for message in list(smtp.messages) if message["To"] == to)
 
@@ -78,6 +99,7 @@ def effects(smtp: SmtpRecorder, to: str) -> tuple[int, int]:
 def test_a_one_call_gateway_step_killed_at_each_point_makes_no_duplicate_effect(
     point: str,
     killable_server: Callable[..., tuple[str, Any]],
+    takeover_server: str,
     smtp_server: SmtpRecorder,
     worker_token: str,
 ) -> None:
@@ -87,15 +109,16 @@ def test_a_one_call_gateway_step_killed_at_each_point_makes_no_duplicate_effect(
     )
     first = Worker(url, worker_token)
     run_id = first.call("POST", "/api/v1/runs/", {"agent": "mailer", "input": {}}).json()["id"]
+    leased_before = time.monotonic()
     epoch = first.lease(run_id, "pod-1").json()["epoch"]
     with pytest.raises(httpx.TransportError):
         first.email_step(run_id, epoch, to)  # the server dies under the call
     proc.wait(timeout=10)
-    time.sleep(0.5)  # an SMTP conversation that finished just before the kill is recorded
 
-    url, _ = killable_server(TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS=LOCK_TIMEOUT)
-    second = Worker(url, worker_token)
-    time.sleep(LEASE_TTL + 0.5)  # the lease (and the key's lock) ran out
+    second = Worker(takeover_server, worker_token)
+    # the lease (and the key's lock, which is shorter) ran out; an SMTP conversation that
+    # finished just before the kill has long been recorded
+    time.sleep(max(0.5, leased_before + LEASE_TTL + 0.5 - time.monotonic()))
     lease = second.lease(run_id, "pod-2")
     step = Step.objects.filter(run_id=run_id, index=0).first()
 
