@@ -97,6 +97,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
                 "review.context_processors.replica_lag",
+                "review.context_processors.polling",
             ],
         },
     },
@@ -222,6 +223,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
+
+# How often the dashboard's open pages ask the server for changes, in seconds: the review queue,
+# the runs list and an open review item; a live run's page. The test suite sets both short, so its
+# browser tests see a change within a fraction of a second instead of waiting out the interval.
+DASHBOARD_POLL_SECONDS = float(os.environ.get("DASHBOARD_POLL_SECONDS", "5"))
+DASHBOARD_LIVE_RUN_POLL_SECONDS = float(os.environ.get("DASHBOARD_LIVE_RUN_POLL_SECONDS", "3"))
 
 # How long a worker process trusts a token it has read (a revocation reaches every node within it).
 LEDGER_TOKEN_CACHE_SECONDS = float(os.environ.get("LEDGER_TOKEN_CACHE_SECONDS", "1"))

@@ -1,4 +1,5 @@
-"""What every dashboard page may need to say: how far behind the replica it was read from is."""
+"""What every dashboard page may need to say: how far behind the replica it was read from is,
+and how often its live parts poll."""
 
 import time
 from typing import Any
@@ -42,3 +43,20 @@ def replica_lag(request: HttpRequest) -> dict[str, Any]:
     if lag is None or lag <= settings.LEDGER_REPLICA_LAG_WARN_SECONDS:
         return {}
     return {"replica_lag": round(lag)}
+
+
+def _htmx_interval(seconds: float) -> str:
+    """htmx's `every` interval: whole seconds as `5s` (the markup pages have always had), else ms."""
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{round(seconds * 1000)}ms"
+
+
+def polling(request: HttpRequest) -> dict[str, Any]:
+    """The polling intervals of the queue, the runs list, a review item and a live run's page
+    (DASHBOARD_POLL_SECONDS, DASHBOARD_LIVE_RUN_POLL_SECONDS), for hx-trigger and the words."""
+    every, live_run = settings.DASHBOARD_POLL_SECONDS, settings.DASHBOARD_LIVE_RUN_POLL_SECONDS
+    return {
+        "poll_every": _htmx_interval(every),
+        "poll_seconds": f"{every:g}",
+        "live_run_poll_every": _htmx_interval(live_run),
+        "live_run_poll_seconds": f"{live_run:g}",
+    }

@@ -241,6 +241,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: "browser" in getattr(item, "fixturenames", ()))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A browser test's pages are closed when it ends, before its teardown empties the database:
+    an open page polls the live server until it is closed (every page of the session would)."""
+    yield
+    chromium = getattr(item, "funcargs", {}).get("browser")
+    if chromium is not None:
+        for context in chromium.contexts:
+            with suppress(Exception):
+                context.close()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def celery_on_own_redis() -> Iterator[None]:
     """Whatever a test enqueues from this process goes to this process's own Redis database
@@ -257,6 +269,13 @@ def celery_on_own_redis() -> Iterator[None]:
 os.environ.setdefault("PASSWORD_HASHERS", "django.contrib.auth.hashers.MD5PasswordHasher")
 settings.PASSWORD_HASHERS = os.environ["PASSWORD_HASHERS"].split(",")  # settings loaded already
 setting_changed.send(None, setting="PASSWORD_HASHERS", value=settings.PASSWORD_HASHERS, enter=True)
+
+# the dashboard's open pages poll for changes every few seconds (DASHBOARD_POLL_SECONDS and
+# DASHBOARD_LIVE_RUN_POLL_SECONDS); the browser tests wait for what a poll brings (a queue row
+# leaving, a run completing), here and in the servers the session starts, so they poll quickly
+for _poll in ("DASHBOARD_POLL_SECONDS", "DASHBOARD_LIVE_RUN_POLL_SECONDS"):
+    os.environ.setdefault(_poll, "0.4")
+    setattr(settings, _poll, float(os.environ[_poll]))
 
 # a connection per request in this process too, as in the servers it starts (server_env): the
 # live server's request threads otherwise each keep theirs for CONN_MAX_AGE, and the browser
