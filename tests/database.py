@@ -14,6 +14,8 @@ import ast
 import hashlib
 import subprocess
 import sys
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Any
 import django
 from django.apps import apps
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import OperationalError, connection, connections, transaction
 from django.db.backends.postgresql.operations import DatabaseOperations
 from psycopg.conninfo import make_conninfo
 
@@ -111,6 +113,12 @@ def create_test_database(*, rebuild: bool = False) -> str:
             cursor.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_NAME}"')
         finally:
             cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [TEMPLATE_NAME])
+        # clones earlier sessions retired whose drop did not finish (or is under way)
+        cursor.execute(
+            "SELECT datname FROM pg_database WHERE starts_with(datname, %s)", [f"{name}{RETIRED}"]
+        )
+        for (retired,) in cursor.fetchall():
+            cursor.execute(f'DROP DATABASE IF EXISTS "{retired}" WITH (FORCE)')
     settings.DATABASES[connection.alias]["NAME"] = name
     connection.settings_dict["NAME"] = name
     for other in connections.all():  # a replica in the settings reads the same database
@@ -126,6 +134,7 @@ import sys, psycopg
 with psycopg.connect(sys.argv[1], autocommit=True) as admin:
     admin.execute('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % sys.argv[2])
 """
+RETIRED = "_retired_"  # a clone being dropped: <name>_retired_<hex>
 
 
 def destroy_test_database(original_name: str) -> None:
@@ -134,22 +143,39 @@ def destroy_test_database(original_name: str) -> None:
 
     PostgreSQL 15 ends every DROP DATABASE with a checkpoint, which writes out every dirty buffer
     of the server (this session's and everyone else's): 1 s on an idle server, 7 to 11 s at the end
-    of a full run. A detached process does the drop, so the session does not wait for it; should it
-    not finish, the next session of this name drops the clone before it creates its own."""
+    of a full run. So the clone is renamed (at once) and a detached process drops it under its new
+    name, which no later session uses; the session does not wait for the checkpoint. A clone whose
+    connections will not end is dropped here, as before."""
     name = connection.settings_dict["NAME"]
     connection.close()
-    params = connection.get_connection_params()
-    conninfo = make_conninfo(
-        **{k: v for k, v in params.items() if k in ("host", "port", "user", "password")},
-        dbname="postgres",
-    )
-    subprocess.Popen(
-        [sys.executable, "-c", _DROP_DATABASE, conninfo, name],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    retired = f"{name}{RETIRED}{uuid.uuid4().hex[:8]}"
+    with connection._nodb_cursor() as cursor:
+        for _ in range(20):
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                [name],
+            )
+            try:
+                cursor.execute(f'ALTER DATABASE "{name}" RENAME TO "{retired}"')
+                break
+            except OperationalError:  # a terminated backend has not gone yet
+                time.sleep(0.05)
+        else:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            retired = ""
+    if retired:
+        params = connection.get_connection_params()
+        conninfo = make_conninfo(
+            **{k: v for k, v in params.items() if k in ("host", "port", "user", "password")},
+            dbname="postgres",
+        )
+        subprocess.Popen(
+            [sys.executable, "-c", _DROP_DATABASE, conninfo, retired],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     settings.DATABASES[connection.alias]["NAME"] = original_name
     connection.settings_dict["NAME"] = original_name
 
