@@ -24,6 +24,7 @@ from runs.models import Run as RunRow
 from runs.models import Step
 from runs.tokens import worker_token_create
 from tests.conftest import ROOT
+from tests.integrations.preloaded import PreloadedPython
 
 SIGKILLED = -signal.SIGKILL
 
@@ -35,6 +36,28 @@ class AgentResult:
     stderr: str
 
 
+# what each agent script's framework imports (1-2 s of CPU a process): imported once, in a
+# preloaded interpreter the script's processes are forked from (tests/integrations/preloaded.py)
+PRELOADS = {
+    "openai_agents_agent": [
+        "agents",
+        "openai.types.responses",
+        "agentledger.integrations.openai_agents",
+    ],
+    "langgraph_agent": [
+        "langchain_core.language_models.chat_models",
+        "langchain_core.tools",
+        "langgraph.graph",
+        "agentledger.integrations.langgraph",
+    ],
+    "pydantic_ai_agent": [
+        "pydantic_ai",
+        "pydantic_ai.models.function",
+        "agentledger.integrations.pydantic_ai",
+    ],
+}
+
+
 @dataclass
 class Desk:
     """Starts one framework's agent script against the ledger, the way a pod would."""
@@ -42,6 +65,16 @@ class Desk:
     url: str
     token: str
     workdir: Path
+    pythons: dict[str, PreloadedPython]
+
+    def preloaded(self, script: str) -> PreloadedPython:
+        """The session's preloaded interpreter for `script`'s framework (started on first use)."""
+        if script not in self.pythons:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("CRASH_")}
+            env.update(PYTHONDONTWRITEBYTECODE="1", OPENAI_AGENTS_DISABLE_TRACING="1")
+            env.pop("PYTHONPATH", None)  # the SDK's `agents` before our Django app's
+            self.pythons[script] = PreloadedPython(PRELOADS[script], env=env, cwd=ROOT)
+        return self.pythons[script]
 
     def new_run(self, agent: str) -> "AgentRun":
         tag = uuid.uuid4().hex[:10]
@@ -71,19 +104,29 @@ class AgentRun:
             WORK_DIR=str(self.work),
             **env,
         )
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "tests" / "integrations" / f"{script}.py")]
-            if by_path
-            else [sys.executable, "-m", f"tests.integrations.{script}"],
-            cwd=ROOT,
-            env=full_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        path = ROOT / "tests" / "integrations" / f"{script}.py"
+        if script in PRELOADS:  # forked from an interpreter that has imported the framework
+            target = (
+                {"script": str(path)} if by_path else {"module": f"tests.integrations.{script}"}
+            )
+            returncode, stdout, stderr = self.desk.preloaded(script).run(
+                target, env=full_env, cwd=ROOT, work=self.work, timeout=120
+            )
+        else:
+            proc = subprocess.run(
+                [sys.executable, str(path)]
+                if by_path
+                else [sys.executable, "-m", f"tests.integrations.{script}"],
+                cwd=ROOT,
+                env=full_env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
         summary = json.loads(lines[-1]) if lines else {}
-        return AgentResult(proc.returncode, summary, proc.stderr)
+        return AgentResult(returncode, summary, stderr)
 
     @property
     def effects(self) -> list[str]:
@@ -103,10 +146,23 @@ class AgentRun:
         return Step.objects.get(run=self.row, name=name)
 
 
+@pytest.fixture(scope="session")
+def preloaded_pythons() -> Iterator[dict[str, PreloadedPython]]:
+    pythons: dict[str, PreloadedPython] = {}
+    yield pythons
+    for python in pythons.values():
+        python.stop()
+
+
 @pytest.fixture
-def desk(ledger_server: str, transactional_db: Any, tmp_path: Path) -> Iterator[Desk]:
+def desk(
+    ledger_server: str,
+    transactional_db: Any,
+    tmp_path: Path,
+    preloaded_pythons: dict[str, PreloadedPython],
+) -> Iterator[Desk]:
     _, token = worker_token_create(name="integrations-test")
-    yield Desk(url=ledger_server, token=token, workdir=tmp_path)
+    yield Desk(url=ledger_server, token=token, workdir=tmp_path, pythons=preloaded_pythons)
 
 
 class Crash(BaseException):
