@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ PRELOADS = {
         "pydantic_ai.models.function",
         "agentledger.integrations.pydantic_ai",
     ],
+    # `python -m agentledger mcp proxy`, which an MCP client starts (through launch.py)
+    "agentledger": ["argparse", "agentledger.integrations.mcp"],
 }
 
 
@@ -68,12 +71,18 @@ class Desk:
     pythons: dict[str, PreloadedPython]
 
     def preloaded(self, script: str) -> PreloadedPython:
-        """The session's preloaded interpreter for `script`'s framework (started on first use)."""
+        """The session's preloaded interpreter for `script`'s framework (started on first use);
+        the one for `agentledger` (the MCP proxy) listens on a socket for launch.py."""
         if script not in self.pythons:
             env = {k: v for k, v in os.environ.items() if not k.startswith("CRASH_")}
             env.update(PYTHONDONTWRITEBYTECODE="1", OPENAI_AGENTS_DISABLE_TRACING="1")
             env.pop("PYTHONPATH", None)  # the SDK's `agents` before our Django app's
-            self.pythons[script] = PreloadedPython(PRELOADS[script], env=env, cwd=ROOT)
+            socket_path = None
+            if script == "agentledger":  # a short path: a Unix socket's is at most 107 bytes
+                socket_path = Path(tempfile.mkdtemp(prefix="al-")) / "preloaded.sock"
+            self.pythons[script] = PreloadedPython(
+                PRELOADS[script], env=env, cwd=ROOT, socket_path=socket_path
+            )
         return self.pythons[script]
 
     def new_run(self, agent: str) -> "AgentRun":

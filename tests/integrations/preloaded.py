@@ -23,10 +23,12 @@ import os
 import runpy
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
 import traceback
+from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,16 +38,17 @@ def _run_child(request: dict[str, Any]) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    stdin = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(stdin, 0)
-    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(out, fd)
-        os.close(out)
+    if "stdout" in request:  # else the child has the launcher's stdin, stdout and stderr
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(stdin, 0)
+        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+            out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(out, fd)
+            os.close(out)
     try:
         if "module" in request:  # python -m MODULE: the working directory first on sys.path
             sys.path[0] = os.getcwd()
-            sys.argv = [request["module"]]
+            sys.argv = [request["module"], *request.get("args", [])]
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         else:  # python SCRIPT: the script's folder first on sys.path
             sys.path[0] = str(Path(request["script"]).parent)
@@ -88,12 +91,60 @@ def serve(modules: list[str]) -> None:
         print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
 
 
+def serve_socket(path: str, modules: list[str]) -> None:
+    """The same over a Unix socket, for a program that starts its agent itself (an MCP client
+    starting `agentledger mcp proxy`): it starts `launch.py` instead, which hands this process
+    its stdin, stdout and stderr (SCM_RIGHTS) and exits as the forked child exits."""
+    for module in modules:
+        importlib.import_module(module)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen()
+    print(json.dumps({"ready": True}), flush=True)
+    children: dict[int, socket.socket] = {}  # pid -> the launcher's connection
+    while True:
+        ready = select.select([listener, sys.stdin], [], [], 0.05)[0]
+        if sys.stdin in ready and not sys.stdin.readline():  # the test closed our stdin: stop
+            return
+        if listener in ready:
+            connection, _ = listener.accept()
+            message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    listener.close()
+                    connection.close()
+                    for target, fd in zip((0, 1, 2), fds, strict=True):
+                        os.dup2(fd, target)
+                        os.close(fd)
+                    code = _run_child(json.loads(message))
+                finally:
+                    os._exit(code)
+            for fd in fds:
+                os.close(fd)
+            connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+            children[pid] = connection
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                connection = children.pop(pid)
+                with suppress(OSError):
+                    answer = {"returncode": os.waitstatus_to_exitcode(status)}
+                    connection.sendall(json.dumps(answer).encode() + b"\n")
+                connection.close()
+
+
 class PreloadedPython:
     """The test's side: one preloaded interpreter, started on first use, stopped by `stop()`."""
 
-    def __init__(self, modules: list[str], *, env: dict[str, str], cwd: Path) -> None:
+    def __init__(
+        self, modules: list[str], *, env: dict[str, str], cwd: Path, socket_path: Path | None = None
+    ) -> None:
+        self.socket_path = socket_path
+        serve_on = ["--socket", str(socket_path)] if socket_path else []
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, *modules],
+            [sys.executable, __file__, *serve_on, *modules],
             cwd=cwd,
             env=env,
             stdin=subprocess.PIPE,
@@ -140,6 +191,14 @@ class PreloadedPython:
             self.proc.kill()
             self.proc.wait()
 
+    def launch_argv(self, module: str, *args: str) -> list[str]:
+        """The command that runs `python -m MODULE ARGS...` as a child of this interpreter."""
+        launcher = Path(__file__).with_name("launch.py")
+        return [sys.executable, "-S", str(launcher), str(self.socket_path), module, *args]
+
 
 if __name__ == "__main__":
-    serve(sys.argv[1:])
+    if sys.argv[1] == "--socket":
+        serve_socket(sys.argv[2], sys.argv[3:])
+    else:
+        serve(sys.argv[1:])

@@ -29,25 +29,33 @@ def proxy_params(
     *,
     upstream: str = f"{sys.executable} {UPSTREAM}",
     options: tuple[str, ...] = (),
+    preloaded: bool = False,
     **env: str,
 ) -> StdioServerParameters:
+    """`python -m agentledger mcp proxy ...`; `preloaded`: forked from the session's interpreter
+    that has imported the proxy's MCP SDK (launch.py), for a proxy the test kills by the pid
+    the upstream records (a kill of the command itself would end only launch.py)."""
+    proxy = [
+        "mcp",
+        "proxy",
+        "--upstream",
+        upstream,
+        "--agent",
+        run.agent,
+        "--run",
+        run.external_id,
+        "--worker",
+        "proxy-1",
+        *options,
+    ]
+    command, *args = (
+        run.desk.preloaded("agentledger").launch_argv("agentledger", *proxy)
+        if preloaded
+        else [sys.executable, "-m", "agentledger", *proxy]
+    )
     return StdioServerParameters(
-        command=sys.executable,
-        args=[
-            "-m",
-            "agentledger",
-            "mcp",
-            "proxy",
-            "--upstream",
-            upstream,
-            "--agent",
-            run.agent,
-            "--run",
-            run.external_id,
-            "--worker",
-            "proxy-1",
-            *options,
-        ],
+        command=command,
+        args=args,
         env={
             "LEDGER_URL": run.desk.url,
             "LEDGER_TOKEN": run.desk.token,
@@ -72,7 +80,10 @@ async def session_calls(
     results: list[Any] = []
     try:
         async with (
-            stdio_client(proxy_params(run, options=options, **env)) as (read, write),
+            stdio_client(proxy_params(run, options=options, preloaded=True, **env)) as (
+                read,
+                write,
+            ),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
