@@ -190,6 +190,10 @@ class PreloadedPython:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        if self.socket_path is not None:
+            with suppress(OSError):
+                self.socket_path.unlink()
+                self.socket_path.parent.rmdir()
 
     def launch_argv(self, module: str, *args: str) -> list[str]:
         """The command that runs `python -m MODULE ARGS...` as a child of this interpreter."""
