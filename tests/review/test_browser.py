@@ -19,7 +19,7 @@ from tests.review.factories import PASSWORD, UnknownStep, killed_support_run, us
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TIMEOUT = 15_000  # ms; the suite's pages poll every 0.4 s (tests/conftest.py)
+TIMEOUT = 15_000  # ms; the suite's pages poll every second (tests/conftest.py)
 
 
 def _login(browser: Any, base: str, username: str) -> Any:

@@ -97,8 +97,8 @@ def test_list_polls_while_runs_are_live_and_stops_when_none_are(runs, settings):
     page = client.get("/").content.decode()
     assert 'hx-trigger="every 5s"' in page
     assert "refreshing every 5 s." in page
-    settings.DASHBOARD_POLL_SECONDS = 0.4
-    assert 'hx-trigger="every 400ms"' in client.get("/").content.decode()
+    settings.DASHBOARD_POLL_SECONDS = 0.5
+    assert 'hx-trigger="every 500ms"' in client.get("/").content.decode()
     live = client.get("/", HTTP_HX_REQUEST="true")
     assert live.status_code == 200
     done = client.get("/", {"status": "completed"}, HTTP_HX_REQUEST="true")
