@@ -4,6 +4,9 @@ twice.
 
 The support agent runs on the worker nodes and reaches the ledger through a round-robin balancer
 over both web nodes, so its calls are spread over them and, after the kill, go to the survivor.
+A web node killed while it runs a tool leaves that key `in_progress`, which recovery rightly
+sends to a supervisor (the review queue's case: tests/tools/test_gateway_step_crashes.py kills
+inside a tool); this test kills between tool executions, so every run must finish on its own.
 Beat's two safety nets (the reaper of expired leases and the re-dispatch of idle runs) are called
 by the test while it waits, as beat would call them. The counts of runs, steps and effects before
 the kill and at the end are printed (`-s` shows them).
@@ -36,7 +39,7 @@ from tests.agents.fixtures import (
 )
 from tests.processes import celery_app_on, gunicorn_process, redis_url
 from tests.scale.helpers import RoundRobinBalancer
-from tools.models import OutboundEmail, Ticket
+from tools.models import IdempotencyKey, KeyStatus, OutboundEmail, Ticket
 
 pytestmark = pytest.mark.slow
 
@@ -107,8 +110,9 @@ def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double
                 )
                 run_ids.append(run.pk)
 
-            # chaos: once three runs are done and worker node 1 is in the middle of one, kill
-            # web node A and then worker node 1, each whole, with SIGKILL
+            # chaos: once three runs are done and worker node 1 is in the middle of one, and no
+            # web node is inside a tool, kill web node A and then worker node 1, each whole,
+            # with SIGKILL
             deadline = time.monotonic() + 120
             while True:
                 assert time.monotonic() < deadline, counts(customers, smtp_sink)
@@ -121,8 +125,9 @@ def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double
                     step_count__gte=3,
                     step_count__lt=18,
                 ).first()
-                if mid_run is not None and completed >= 3:  # some effects exist already
-                    break
+                inside_a_tool = IdempotencyKey.objects.filter(state=KeyStatus.IN_PROGRESS)
+                if mid_run is not None and completed >= 3 and not inside_a_tool.exists():
+                    break  # some effects exist already
                 time.sleep(0.05)
             os.killpg(web_a.pid, signal.SIGKILL)
             os.killpg(workers[0].pid, signal.SIGKILL)
