@@ -142,11 +142,10 @@ def _dashboard_urls(run_id: str) -> list[str]:
         "run_id": run_id,
         "job_id": str(uuid.uuid4()),
         "index": "0",
-        "policy_id": "1",
         "token_id": "1",
-        "rule_id": "1",
         "alert_id": "1",
         "tool_id": "1",
+        "pk": "1",
     }
     urls = []
 
