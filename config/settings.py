@@ -222,6 +222,10 @@ SPECTACULAR_SETTINGS = {
     # the rendered docs page serves Swagger UI from our own static files (no CDN; works offline)
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",  # the default
+        "runs.schema.request_line_too_long",
+    ],
 }
 
 # How often the dashboard's open pages ask the server for changes, in seconds: the review queue,

@@ -15,3 +15,28 @@ class WorkerTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "A worker token from `manage.py create_worker_token NAME`.",
         }
+
+
+# Refused by the HTTP server before Django sees the request, so no view can declare it
+REQUEST_LINE_TOO_LONG = {
+    "description": (
+        "The request line (method, path and query string) is longer than the HTTP server in "
+        "front of Django accepts (gunicorn: 4,094 bytes). The server's own page, not the JSON "
+        "error envelope; shorten the query string."
+    ),
+    "content": {"text/html": {"schema": {"type": "string"}}},
+}
+OPERATION_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+
+def request_line_too_long(
+    result: dict[str, Any], generator: Any, request: Any, public: Any
+) -> dict[str, Any]:
+    """Adds the server's 414 to every operation (a drf-spectacular postprocessing hook): any of
+    them can be refused that way, and a client, like the fuzzer, should find the answer in the
+    contract rather than meet it as an undocumented status."""
+    for path_item in result.get("paths", {}).values():
+        for method, operation in path_item.items():
+            if method in OPERATION_METHODS:
+                operation.setdefault("responses", {}).setdefault("414", REQUEST_LINE_TOO_LONG)
+    return result
