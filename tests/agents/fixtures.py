@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from runs.models import BudgetPolicy
+from runs.services import runs_reap_expired_leases
 from runs.tokens import worker_token_create
 from tests.processes import (
     ROOT,
@@ -28,7 +29,6 @@ from tests.processes import (
     gunicorn_server,
     redis_url,
     start_celery_worker,
-    stop_celery_worker,
 )
 from tests.processes import smtp_sink as smtp_sink_running
 from tools.models import KnowledgeArticle, OutboundEmail, Ticket
@@ -195,7 +195,7 @@ def celery_worker_start(
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """A real `celery worker` node (prefork) for the agents on `broker_url`, in its own process
     group like a pod (os.killpg kills the node whole); returns it ready, with its log's path.
-    Stop it with `celery_worker_stop`."""
+    Stop it with `tests.processes.stop_celery_worker`."""
     proc = start_celery_worker(
         env={
             "CELERY_BROKER_URL": broker_url,
@@ -211,9 +211,13 @@ def celery_worker_start(
     return proc, proc.log_path  # type: ignore[attr-defined]
 
 
-def celery_worker_stop(proc: subprocess.Popen[bytes]) -> None:
-    """At the end of a test: at once (`stop_celery_worker`)."""
-    stop_celery_worker(proc)
+def reaped_once_the_lease_lapses(timeout: float = 30) -> int:
+    """Run the reaper (beat's task) until it reaps something; how many leases it reaped."""
+    deadline = time.monotonic() + timeout
+    while (reaped := runs_reap_expired_leases()) == 0:
+        assert time.monotonic() < deadline, "the lease never expired"
+        time.sleep(0.1)
+    return reaped
 
 
 def effects_for(desk: AgentDesk, customer: str) -> tuple[int, int, int]:

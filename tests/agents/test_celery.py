@@ -10,8 +10,8 @@ import pytest
 from agents.services import agent_run_start
 from agents.support import ticket_input
 from runs.models import Event, Run, Step
-from runs.services import runs_reap_expired_leases
 from tests.agents.conftest import AgentDesk, effects_for
+from tests.agents.fixtures import reaped_once_the_lease_lapses
 
 pytestmark = pytest.mark.slow
 
@@ -41,15 +41,6 @@ def wait_for_status(run_id: str, statuses: set[str], timeout: float = 120) -> Ru
             return run
         time.sleep(0.3)
     raise AssertionError(f"run {run_id} still {Run.objects.get(pk=run_id).status}")
-
-
-def reaped_once_the_lease_lapses(timeout: float = 30) -> int:
-    """Run the reaper (beat's task) until it reaps something; how many leases it reaped."""
-    deadline = time.monotonic() + timeout
-    while (reaped := runs_reap_expired_leases()) == 0:
-        assert time.monotonic() < deadline, "the lease never expired"
-        time.sleep(0.1)
-    return reaped
 
 
 def test_celery_worker_killed_mid_run_is_redelivered_and_completes_from_the_journal(

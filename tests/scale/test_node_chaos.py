@@ -34,10 +34,9 @@ from tests.agents.fixtures import (
     SMTP_PORT,
     SmtpSink,
     celery_worker_start,
-    celery_worker_stop,
     support_desk_token,
 )
-from tests.processes import celery_app_on, gunicorn_process, redis_url
+from tests.processes import celery_app_on, gunicorn_process, redis_url, stop_celery_worker
 from tests.scale.helpers import RoundRobinBalancer
 from tools.models import IdempotencyKey, KeyStatus, OutboundEmail, Ticket
 
@@ -157,7 +156,7 @@ def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double
         finally:
             balancer.close()
             for proc in workers:
-                celery_worker_stop(proc)
+                stop_celery_worker(proc)
 
     recovered = Event.objects.filter(
         run_id__in=run_ids, type="lease_acquired", payload__recovery=True
