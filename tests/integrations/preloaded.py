@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
@@ -72,20 +73,44 @@ def _run_child(request: dict[str, Any]) -> int:
     return code
 
 
-def serve(modules: list[str]) -> None:
+def _preload(modules: list[str]) -> None:
+    """Import the framework's modules, then tell the test this interpreter is ready."""
     for module in modules:
         importlib.import_module(module)
     print(json.dumps({"ready": True}), flush=True)
+
+
+def _fork(child: Callable[..., int], *args: Any) -> int:
+    """Fork; the child runs `child(*args)` and exits with its code (1 if it raised). The child's
+    pid."""
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = child(*args)
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _launched(
+    listener: socket.socket, launcher: socket.socket, fds: list[int], message: bytes
+) -> int:
+    """The child of a launch: the launcher's stdin, stdout and stderr, then the agent."""
+    listener.close()
+    launcher.close()
+    for target, fd in zip((0, 1, 2), fds, strict=True):
+        os.dup2(fd, target)
+        os.close(fd)
+    return _run_child(json.loads(message))
+
+
+def serve(modules: list[str]) -> None:
+    _preload(modules)
     for line in sys.stdin:
         request = json.loads(line)
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                code = _run_child(request)
-            finally:
-                os._exit(code)
+        pid = _fork(_run_child, request)
         print(json.dumps({"pid": pid}), flush=True)
         _, status = os.waitpid(pid, 0)
         print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
@@ -95,12 +120,10 @@ def serve_socket(path: str, modules: list[str]) -> None:
     """The same over a Unix socket, for a program that starts its agent itself (an MCP client
     starting `agentledger mcp proxy`): it starts `launch.py` instead, which hands this process
     its stdin, stdout and stderr (SCM_RIGHTS) and exits as the forked child exits."""
-    for module in modules:
-        importlib.import_module(module)
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)
     listener.listen()
-    print(json.dumps({"ready": True}), flush=True)
+    _preload(modules)
     children: dict[int, socket.socket] = {}  # pid -> the launcher's connection
     while True:
         ready = select.select([listener, sys.stdin], [], [], 0.05)[0]
@@ -109,18 +132,7 @@ def serve_socket(path: str, modules: list[str]) -> None:
         if listener in ready:
             connection, _ = listener.accept()
             message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    listener.close()
-                    connection.close()
-                    for target, fd in zip((0, 1, 2), fds, strict=True):
-                        os.dup2(fd, target)
-                        os.close(fd)
-                    code = _run_child(json.loads(message))
-                finally:
-                    os._exit(code)
+            pid = _fork(_launched, listener, connection, fds, message)
             for fd in fds:
                 os.close(fd)
             connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
