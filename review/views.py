@@ -551,19 +551,23 @@ def _item_response(
 
 
 def queue_item_post[T](
-    decide: Callable[..., T], ok: Callable[[T], str], form_class: type[forms.Form] | None = None
+    decide: Callable[..., T],
+    ok: Callable[[T], str],
+    form_class: type[forms.Form] | None = None,
+    *,
+    keep_form: bool = False,
 ) -> View:
     """A supervisor's action on a queue item (POST, review.resolve): its form (if it has one)
     valid, then one service call `decide(user=, run_id=, index=, **the form's fields)`, told as
-    `_item_response` tells it. The resolve form, the page's one form with typing worth keeping,
-    is kept after a refusal."""
+    `_item_response` tells it. `keep_form`: the posted form is shown again after a refusal (the
+    resolve form, the page's one form with typing worth keeping)."""
 
     @require_POST
     @require_perm("resolve")
     def action(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
         step = _get_step(run_id, index)
         form = form_class(request.POST) if form_class is not None else None
-        kept = form if isinstance(form, ResolveForm) else None
+        kept = form if keep_form else None
         if form is not None and not form.is_valid():
             return _item_response(request, step, error=_form_errors(form), form=kept)
         fields = form.cleaned_data if form is not None else {}
@@ -591,6 +595,7 @@ queue_resolve = queue_item_post(
     ),
     lambda step: f"Step {step.index} {RESOLVED_WORDS[str(step.resolution_action)]}.",
     ResolveForm,
+    keep_form=True,
 )
 queue_assign = queue_item_post(
     services.review_step_assign, lambda step: f"Assigned to {step.claimed_by}.", AssignForm
