@@ -97,6 +97,23 @@ class RoundRobinBalancer:
     def close(self) -> None:
         self._server.close()
 
+    def served_once_down(self, url: str, timeout: float = 10) -> dict[str, int]:
+        """The connection counts once the node at `url` refuses connections. A SIGKILLed group
+        keeps its listening socket, and goes on accepting, until its last process has exited, so
+        counts read straight after the kill can still grow for the dead node.
+        """
+        index = self.urls.index(url)
+        deadline = time.monotonic() + timeout
+        while True:
+            assert time.monotonic() < deadline, f"{url} still accepts connections"
+            try:
+                socket.create_connection(self.nodes[index], timeout=1).close()
+            except OSError:
+                break
+            time.sleep(0.02)
+        with self._lock:
+            return dict(self.served)
+
     def _accept(self) -> None:
         while True:
             try:
