@@ -189,10 +189,11 @@ def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double
     # journalled the step's intent without reaching its tool (the kill waited for no key to be in
     # progress): recovery found no key and re-executed it once. One ticket, one email row, one
     # SMTP message a customer.
-    handed_out_again = Step.objects.filter(run_id__in=run_ids, executions__gt=1)
-    assert {step.run_id for step in handed_out_again} <= held_by_the_dead_node
+    handed_out_again = list(Step.objects.filter(run_id__in=run_ids, executions__gt=1))
+    runs_with_a_step_handed_out_again = {step.run_id for step in handed_out_again}
+    assert runs_with_a_step_handed_out_again <= held_by_the_dead_node
     assert all(step.executions == 2 for step in handed_out_again)
-    assert len({step.run_id for step in handed_out_again}) == handed_out_again.count()
+    assert len(runs_with_a_step_handed_out_again) == len(handed_out_again)
     assert (after["tickets"], after["emails"], after["smtp_messages"]) == (RUNS, RUNS, RUNS)
     for customer in customers:
         assert Ticket.objects.filter(customer=customer).count() == 1
