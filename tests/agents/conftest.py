@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.agents.fixtures import (  # noqa: F401  (names the agent tests import from here)
-    LEDGER_PORT,
     REDIS_URL,
-    SMTP_PORT,
     AgentDesk,
     AgentResult,
     SmtpSink,

@@ -25,7 +25,6 @@ from runs.tokens import worker_token_create
 from tests.processes import (
     ROOT,
     SmtpSink,
-    free_port,
     gunicorn_server,
     redis_url,
     start_celery_worker,
@@ -33,14 +32,12 @@ from tests.processes import (
 from tests.processes import smtp_sink as smtp_sink_running
 from tools.models import KnowledgeArticle, OutboundEmail, Ticket
 
-LEDGER_PORT = free_port()
-SMTP_PORT = free_port()
 REDIS_URL = redis_url()  # this test process's own Redis database
 
 
 @pytest.fixture(scope="session")
 def smtp_sink() -> Iterator[SmtpSink]:
-    with smtp_sink_running(port=SMTP_PORT) as sink:
+    with smtp_sink_running() as sink:
         yield sink
 
 
@@ -50,7 +47,7 @@ def agent_ledger_url(
 ) -> Iterator[str]:
     """gunicorn on the test database whose email backend talks to the local SMTP sink."""
     env = {**smtp_sink.mail_env(), "CELERY_BROKER_URL": REDIS_URL}
-    with gunicorn_server(port=LEDGER_PORT, env=env, log_name="agents-gunicorn") as url:
+    with gunicorn_server(env=env, log_name="agents-gunicorn") as url:
         yield url
 
 
@@ -141,7 +138,7 @@ class AgentDesk:
                 "LEDGER_URL": self.url,
                 "LEDGER_TOKEN": self.token,
                 "EMAIL_HOST": "127.0.0.1",
-                "EMAIL_PORT": str(SMTP_PORT),
+                "EMAIL_PORT": str(self.smtp.port),
                 "PYTHONDONTWRITEBYTECODE": "1",
             }
         )

@@ -31,7 +31,6 @@ from runs.chain import run_chain_breaks
 from runs.models import Event, Run, Step
 from runs.services import runs_reap_expired_leases, runs_redispatch_idle
 from tests.agents.fixtures import (
-    SMTP_PORT,
     SmtpSink,
     celery_worker_start,
     support_desk_token,
@@ -66,7 +65,7 @@ def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double
     web_env = {
         "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
         "EMAIL_HOST": "127.0.0.1",
-        "EMAIL_PORT": str(SMTP_PORT),
+        "EMAIL_PORT": str(smtp_sink.port),
         "CELERY_BROKER_URL": BROKER_URL,
     }
     tag = uuid.uuid4().hex[:8]
