@@ -109,15 +109,20 @@ def celery_app_on(broker_url: str) -> Iterator[Any]:
         app._after_fork()  # type: ignore[attr-defined]
 
 
-def test_database_url() -> str:
-    """The URL of the test database pytest-django created, for processes the tests start."""
+def test_database_url(*, idle_session_seconds: int = 0) -> str:
+    """The URL of the test database pytest-django created, for processes the tests start;
+    `idle_session_seconds`: PostgreSQL ends a connection of that URL's once it has been idle
+    (outside a transaction) that long (`idle_session_timeout`, sent as a connection option)."""
     from django.db import connection
 
     settings = connection.settings_dict
-    return (
+    url = (
         f"postgres://{settings['USER'] or 'root'}@{settings['HOST'] or '127.0.0.1'}:"
         f"{settings['PORT'] or 5432}/{settings['NAME']}"
     )
+    if idle_session_seconds:
+        url += f"?options=-c%20idle_session_timeout%3D{idle_session_seconds * 1000}"
+    return url
 
 
 test_database_url.__test__ = False  # type: ignore[attr-defined]  # not a test, whatever its name
@@ -202,15 +207,34 @@ def spawn(
     return proc
 
 
+# how long PostgreSQL lets a connection a test web server keeps sit idle before it ends it
+WEB_IDLE_SESSION_SECONDS = 5
+
+
 def server_env(
-    extra: dict[str, str] | None = None, *, without: tuple[str, ...] = (), quiet: bool = True
+    extra: dict[str, str] | None = None,
+    *,
+    without: tuple[str, ...] = (),
+    quiet: bool = True,
+    keep_connections: bool = False,
 ) -> dict[str, str]:
     """The environment of a server or worker on the test database and this process's Redis;
-    variables whose names start with one of `without` are left out; `quiet` logs warnings only."""
+    variables whose names start with one of `without` are left out; `quiet` logs warnings only.
+
+    A connection per request by default (DATABASE_CONN_MAX_AGE=0): the suite's workers and
+    servers then fit beside other users of the PostgreSQL server. `keep_connections` (the web
+    servers): each thread keeps its connection between requests, as the product's default does,
+    and PostgreSQL ends one idle for WEB_IDLE_SESSION_SECONDS, which Django's health check at the
+    next request notices. A new connection costs PostgreSQL a process (about 9 ms of CPU here),
+    and the suite's servers answer thousands of requests; an idle thread's connection is gone
+    seconds after the test that used it.
+    """
     env = {k: v for k, v in os.environ.items() if not (without and k.startswith(without))}
     env.update({"DATABASE_URL": test_database_url(), "CELERY_BROKER_URL": redis_url()})
-    # a connection per request, not one kept per thread: the suite's servers and workers (a dozen
-    # gunicorn threads each) then fit beside other users of the PostgreSQL server
+    # not behind the transaction pooler of scripts/test's second pass, which takes no options
+    if keep_connections and not env.get("DATABASE_POOLER"):
+        env["DATABASE_URL"] = test_database_url(idle_session_seconds=WEB_IDLE_SESSION_SECONDS)
+        env.setdefault("DATABASE_CONN_MAX_AGE", "600")
     env.setdefault("DATABASE_CONN_MAX_AGE", "0")
     if quiet:
         env["LOG_LEVEL"] = "WARNING"
@@ -265,7 +289,7 @@ def start_gunicorn(
             "0",
         ],
         log_name=f"{log_name}-{port}",
-        env=server_env(env),
+        env=server_env(env, keep_connections=True),
         own_group=own_group,
     )
     url = f"http://127.0.0.1:{port}"

@@ -1,9 +1,14 @@
-"""A server told to keep no connection (DATABASE_CONN_MAX_AGE=0, as every server the suite starts)
-keeps none once its requests are answered, the hot worker calls included: those are answered
-before Django builds a request, so Django's own end-of-request clean-up never sees them.
+"""What a server's idle threads leave open on PostgreSQL.
+
+- Told to keep no connection (DATABASE_CONN_MAX_AGE=0, as the suite's workers are), a server keeps
+  none once its requests are answered, the hot worker calls included: those are answered before
+  Django builds a request, so Django's own end-of-request clean-up never sees them.
+- Keeping its connections (the product's default, as the suite's web servers do), a server whose
+  connections PostgreSQL ends once idle (`idle_session_timeout`) holds none a few seconds after
+  its last request, and its next requests are answered on new connections (Django's health check).
 
 Linux only (it reads /proc): the server's processes are the ones holding its listening socket,
-and a connection to PostgreSQL is a socket of theirs whose peer is port 5432.
+and a connection to PostgreSQL is a socket of theirs whose peer is the database's port.
 """
 
 import os
@@ -16,6 +21,8 @@ from urllib.parse import urlsplit
 import pytest
 from django.db import connection
 
+from tests.processes import WEB_IDLE_SESSION_SECONDS
+from tests.reliability.conftest import gunicorn
 from tests.reliability.helpers import Worker
 
 pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc")
@@ -62,26 +69,47 @@ def database_connections_held(server_url: str) -> int:
     return held
 
 
-def test_a_server_with_conn_max_age_0_holds_no_connection_after_hot_worker_calls(
-    ledger_server: str, raw_token: str, transactional_db: Any
-) -> None:
+def _hot_calls(server: str, token: str, *, agents: int = 16, runs: int = 3) -> None:
+    """`agents` threads each create `runs` runs and make the hot calls on each."""
+
     def agent(n: int) -> None:
-        worker = Worker(ledger_server, raw_token)
-        for i in range(3):
-            run_id = worker.create(external_id=f"idle-{n}-{i}")["id"]
+        worker = Worker(server, token)
+        for i in range(runs):
+            run_id = worker.create(external_id=f"idle-{server[-5:]}-{n}-{i}-{time.monotonic()}")[
+                "id"
+            ]
             epoch = worker.lease(run_id).json()["epoch"]  # the hot calls
             assert worker.intent(run_id, epoch, 0).status_code == 201
             assert worker.outcome(run_id, epoch, 0).status_code == 200
         worker.close()
 
-    agents = [threading.Thread(target=agent, args=(n,)) for n in range(16)]
-    for thread in agents:
+    threads = [threading.Thread(target=agent, args=(n,)) for n in range(agents)]
+    for thread in threads:
         thread.start()
-    for thread in agents:
+    for thread in threads:
         thread.join(timeout=120)
 
-    # every answer is sent; a Django request closes its connection just after its response
-    deadline = time.monotonic() + 30
-    while (held := database_connections_held(ledger_server)) > 0:
+
+def _until_none_held(server: str, *, within: float) -> None:
+    deadline = time.monotonic() + within
+    while (held := database_connections_held(server)) > 0:
         assert time.monotonic() < deadline, f"the server still holds {held} idle connections"
         time.sleep(0.1)
+
+
+def test_a_server_with_conn_max_age_0_holds_no_connection_after_hot_worker_calls(
+    raw_token: str, transactional_db: Any
+) -> None:
+    with gunicorn(env={"DATABASE_CONN_MAX_AGE": "0"}) as server:
+        _hot_calls(server, raw_token)
+        # every answer is sent; a Django request closes its connection just after its response
+        _until_none_held(server, within=30)
+
+
+def test_a_server_keeping_its_connections_loses_them_when_idle_and_answers_on_new_ones(
+    ledger_server: str, raw_token: str, transactional_db: Any
+) -> None:
+    _hot_calls(ledger_server, raw_token)
+    assert database_connections_held(ledger_server) > 0, "its threads keep their connections"
+    _until_none_held(ledger_server, within=WEB_IDLE_SESSION_SECONDS + 30)
+    _hot_calls(ledger_server, raw_token, agents=4, runs=2)  # no 503: a dead one is replaced
