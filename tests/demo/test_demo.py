@@ -69,6 +69,11 @@ class Output:
     def text(self) -> str:
         return "\n".join(self.lines)
 
+    def to_the_end(self) -> str:
+        """Everything it printed, once it has exited: the reader may still be behind the pipe."""
+        self._thread.join(timeout=10)
+        return self.text
+
     def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -287,7 +292,7 @@ def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running
         assert any("celery" in " ".join(p.cmdline()) for p in started_processes)
     finally:
         ctrl_c(proc)
-    print(out.text.split("Press Ctrl-C to stop.")[-1])
+    print(out.to_the_end().split("Press Ctrl-C to stop.")[-1])
     assert proc.returncode == 0, out.text
     assert "stopped; scripts/demo starts it again" in out.text
     # nothing it started is left: no postgres, worker, beat, web, mail catcher
@@ -314,8 +319,8 @@ def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running
         assert "==> the story (round 2)" in second.text
     finally:
         ctrl_c(again)
-    assert again.returncode == 0, second.text
-    assert "stopped; scripts/demo starts it again" in second.text
+    assert again.returncode == 0, second.to_the_end()
+    assert "stopped; scripts/demo starts it again" in second.to_the_end()
     assert processes_of(clean_clone) == []
 
     # --reset wipes the demo's data
