@@ -151,6 +151,29 @@ def static_files_indexed_once() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def httpx_default_tls_context_built_once() -> Iterator[None]:
+    """Every httpx client builds an SSL context and loads the CA bundle into it (about 40 ms of
+    CPU), though the suite's clients speak plain http to its own servers, and the tests build
+    hundreds of them; in this process the default context (verify=True) is built once and shared,
+    as one SSLContext may be by any number of clients."""
+    import httpx._transports.default as transports
+
+    build = transports.create_ssl_context
+    shared: dict[bool, Any] = {}
+
+    def built_once(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        if verify is not True or cert is not None:
+            return build(verify=verify, cert=cert, trust_env=trust_env)
+        if trust_env not in shared:
+            shared[trust_env] = build(verify=True, trust_env=trust_env)
+        return shared[trust_env]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transports, "create_ssl_context", built_once)
+        yield
+
+
 def _through_pgbouncer_if_asked(django_db_blocker: Any) -> Iterator[None]:
     if os.environ.get("TEST_THROUGH_PGBOUNCER") != "1":
         yield

@@ -134,15 +134,19 @@ def wait_for_http(
     """Return once `url` answers anything over HTTP; fail early if `proc` exits."""
     import httpx
 
+    from agentledger._http import tls_verification
+
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process for {url} exited with {proc.returncode}")
-        try:
-            httpx.get(url, timeout=1.0)
-            return
-        except httpx.TransportError:
-            time.sleep(0.05)
+    # one client for every attempt: building one costs more than the attempt itself
+    with httpx.Client(timeout=1.0, verify=tls_verification(url)) as client:
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"process for {url} exited with {proc.returncode}")
+            try:
+                client.get(url)
+                return
+            except httpx.TransportError:
+                time.sleep(0.05)
     raise TimeoutError(f"{url} did not answer within {timeout}s")
 
 

@@ -59,9 +59,11 @@ def tool_lookup(tool: str, key: str) -> LookupAnswer | None:
 def _ask_url(template: str, key: str) -> LookupAnswer:
     import httpx
 
+    from agentledger._http import tls_verification
+
     url = template.replace("{key}", quote(key, safe=""))
     try:
-        answer = httpx.get(url, timeout=_timeout())
+        answer = httpx.get(url, timeout=_timeout(), verify=tls_verification(url))
         state: Any = answer.json().get("state") if answer.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
         return LookupAnswer("no_answer", template, f"{type(exc).__name__}: {exc}"[:200])
