@@ -1,16 +1,20 @@
-"""`agentledger mcp proxy` in front of a real stdio MCP server: journalled, replayed, reviewed."""
+"""`agentledger mcp proxy` in front of a real stdio MCP server: journalled, replayed, reviewed.
+
+The MCP SDK's client is imported by the tests that use it, not at collection: importing it costs
+each pytest worker two seconds of CPU, the fast loop's workers included, which run none of these.
+"""
+
+from __future__ import annotations
 
 import asyncio
 import os
 import signal
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.test import Client
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from review.audit import AuditEntry
 from review.roles import ADMINS, SUPERVISORS, groups_ensure_now
@@ -18,6 +22,9 @@ from tests.conftest import ROOT, free_port, stop_process, wait_for_http
 from tests.integrations.conftest import AgentRun, Desk, McpLines
 from tests.review.factories import PASSWORD, user_in
 from tools.models import McpTool
+
+if TYPE_CHECKING:
+    from mcp.client.stdio import StdioServerParameters
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +42,8 @@ def proxy_params(
     """`python -m agentledger mcp proxy ...`; `preloaded`: forked from the session's interpreter
     that has imported the proxy's MCP SDK (launch.py), for a proxy the test kills by the pid
     the upstream records (a kill of the command itself would end only launch.py)."""
+    from mcp.client.stdio import StdioServerParameters
+
     proxy = [
         "mcp",
         "proxy",
@@ -77,6 +86,9 @@ async def session_calls(
 ) -> list[Any]:
     """Connect through a fresh proxy, list the tools, make `calls`; SIGKILL the proxy after
     `kill_after` answered (the outcome is journalled before the proxy answers)."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import stdio_client
+
     results: list[Any] = []
     try:
         async with (

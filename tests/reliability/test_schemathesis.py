@@ -13,30 +13,31 @@ from collections import Counter
 from typing import Any
 
 import pytest
-import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
-from schemathesis import GenerationMode
-from schemathesis.checks import (
-    content_type_conformance,
-    not_a_server_error,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from tests.reliability.conftest import Scale
 from tests.reliability.helpers import Worker
-
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_schema_conformance,
-]
 
 
 def test_every_operation_survives_generated_input_and_answers_per_schema(
     ledger_server: str, raw_token: str, transactional_db: Any, scale: Scale
 ) -> None:
+    # imported here, not at collection: both pytest workers collect this module, one runs it
+    import schemathesis
+    from hypothesis import HealthCheck, Phase, given, settings
+    from schemathesis import GenerationMode
+    from schemathesis.checks import (
+        content_type_conformance,
+        not_a_server_error,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    checks = [
+        not_a_server_error,
+        status_code_conformance,
+        content_type_conformance,
+        response_schema_conformance,
+    ]
     worker = Worker(ledger_server, raw_token)
     real_runs = []
     for i in range(4):
@@ -83,7 +84,7 @@ def test_every_operation_survives_generated_input_and_answers_per_schema(
             response = case.call(base_url=ledger_server, headers=headers, timeout=30)
             cases[f"{operation.label} [{mode.value}]"] += 1
             statuses[response.status_code] += 1
-            case.validate_response(response, checks=CHECKS)
+            case.validate_response(response, checks=checks)
 
         return fuzz
 
