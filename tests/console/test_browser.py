@@ -8,9 +8,10 @@ from review.audit import AuditEntry
 from review.roles import ADMINS, SUPERVISORS
 from runs.constants import RunStatus
 from runs.models import Run, Step
-from tests.console.browser import login, shot
+from tests.console.browser import shot
 from tests.console.factories import evicted_at_step_12, journalled_run
 from tests.console.test_overview import fleet_of_1000
+from tests.review.browser import signed_in
 from tests.review.factories import user_in
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
@@ -21,7 +22,7 @@ def test_the_evicted_at_step_12_runs_timeline_shows_the_crash_and_13_replayed_st
 ) -> None:
     user_in(SUPERVISORS, "sam")
     run = evicted_at_step_12()
-    page = login(browser, review_server, "sam")
+    page = signed_in(browser, review_server, "sam")
     page.goto(f"{review_server}/runs/{run.pk}/")
     timeline = page.locator("#timeline")
     assert timeline.get_attribute("data-replayed") == "13"
@@ -46,7 +47,7 @@ def test_the_evicted_at_step_12_runs_timeline_shows_the_crash_and_13_replayed_st
 def test_the_overview_renders_with_data_from_1000_runs(browser: Any, review_server: str) -> None:
     user_in(SUPERVISORS, "sam")
     fleet_of_1000()
-    page = login(browser, review_server, "sam")
+    page = signed_in(browser, review_server, "sam")
     page.click("nav >> text=Overview")
     page.wait_for_url(f"{review_server}/console/")
     assert page.locator("#total-runs").inner_text() == "1000"
@@ -63,7 +64,7 @@ def test_an_admin_bulk_cancels_20_runs_after_seeing_the_count(
     user_in(ADMINS, "ada")
     runs = [journalled_run(1, agent="nightly")[0] for _ in range(20)]
     journalled_run(1, agent="daily")  # not selected
-    page = login(browser, review_server, "ada")
+    page = signed_in(browser, review_server, "ada")
     page.fill("input[name=agent]", "nightly")
     page.click("form.filters button[type=submit]")
     page.click("#bulk-link")
@@ -87,7 +88,7 @@ def test_an_admin_cancels_then_forks_a_run_and_sees_its_lineage(
 ) -> None:
     user_in(ADMINS, "ada")
     run, _ = journalled_run(6)
-    page = login(browser, review_server, "ada")
+    page = signed_in(browser, review_server, "ada")
     page.goto(f"{review_server}/runs/{run.pk}/")
     page.fill("#cancel-note", "Stopped: the customer called.")
     page.click("#cancel-run")

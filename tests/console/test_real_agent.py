@@ -17,7 +17,8 @@ from runs.chain import run_chain_breaks
 from runs.constants import EventType, RunStatus
 from runs.models import Event, Run, Step
 from tests.agents.conftest import AgentDesk, effects_for
-from tests.console.browser import login, shot
+from tests.console.browser import shot
+from tests.review.browser import signed_in
 from tests.review.factories import user_in
 from tools.models import Ticket
 
@@ -58,7 +59,7 @@ def test_cancel_stops_a_running_agent_process(desk: AgentDesk, browser: Any) -> 
         run = the_run(ticket)
         assert run.status == RunStatus.RUNNING and run.lease_worker == "pod-1"
 
-        page = login(browser, desk.url, "ada")
+        page = signed_in(browser, desk.url, "ada")
         page.goto(f"{desk.url}/runs/{run.pk}/")
         page.fill("#cancel-note", "Customer closed the ticket by phone.")
         page.click("#cancel-run")
@@ -94,7 +95,7 @@ def test_a_fork_of_a_run_stopped_at_step_12_completes_without_a_second_ticket_or
     assert original.step_count == 13
     assert effects_for(desk, customer) == (1, 1, 1)  # ticket (step 8) and email (step 11) sent
 
-    page = login(browser, desk.url, "ada")
+    page = signed_in(browser, desk.url, "ada")
     page.goto(f"{desk.url}/runs/{original.pk}/")
     page.fill("#cancel-note", "Pod evicted; continue in a fork instead.")
     page.click("#cancel-run")

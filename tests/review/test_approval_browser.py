@@ -17,24 +17,10 @@ from runs.constants import StepState
 from runs.models import ApprovalRequest, ApprovalRule, Event
 from runs.services import run_lease_expire
 from runs.tokens import worker_token_create
-from tests.review.browser import shot
-from tests.review.factories import PASSWORD, WaitingStep, run_awaiting_approval, user_in
+from tests.review.browser import shot, signed_in
+from tests.review.factories import WaitingStep, run_awaiting_approval, user_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-TIMEOUT = 15_000
-
-
-def _login(browser: Any, base: str, username: str) -> Any:
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
-    context.set_default_timeout(TIMEOUT)
-    page = context.new_page()
-    page.goto(f"{base}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
-    return page
 
 
 class Pod:
@@ -92,7 +78,7 @@ def test_two_supervisors_approve_and_the_waiting_worker_sends_once(browser, revi
     user_in(SUPERVISORS, "kim")
     waiting = run_awaiting_approval(approvals=2)
     pod = Pod(base, "w-7")
-    sam = _login(browser, base, "sam")
+    sam = signed_in(browser, base, "sam")
     _open_from_queue(sam, base, waiting)
     shot(sam, "approve-before-it-runs")
     assert "two different people" in sam.locator("#decision").inner_text()
@@ -105,7 +91,7 @@ def test_two_supervisors_approve_and_the_waiting_worker_sends_once(browser, revi
     # the worker still waits: its replayed intent is 202
     assert pod.email_intent(waiting, waiting.epoch).status_code == 202
 
-    kim = _login(browser, base, "kim")
+    kim = signed_in(browser, base, "kim")
     kim.goto(f"{base}/queue/{waiting.run_id}/1/")
     assert "Approved by sam" in kim.locator("#approvals-given").inner_text()
     kim.click("#approve")
@@ -136,7 +122,7 @@ def test_a_worker_killed_while_waiting_resumes_and_sends_the_approved_email_once
     assert waiting.run.status == "interrupted"
     assert waiting.step.state == StepState.AWAITING_APPROVAL  # still waiting for people
 
-    sam = _login(browser, base, "sam")
+    sam = signed_in(browser, base, "sam")
     _open_from_queue(sam, base, waiting)
     sam.click("#approve")
     sam.locator("#decision-ok").wait_for()
@@ -157,7 +143,7 @@ def test_a_denied_email_is_never_sent(browser, review_server):
     user_in(SUPERVISORS, "sam")
     waiting = run_awaiting_approval()
     pod = Pod(base, "w-7")
-    sam = _login(browser, base, "sam")
+    sam = signed_in(browser, base, "sam")
     _open_from_queue(sam, base, waiting)
     sam.click("#deny")  # no note: refused, nothing changes
     sam.locator("#decision-error").wait_for()
@@ -177,7 +163,7 @@ def test_an_approval_nobody_gave_in_time_expires(browser, review_server):
     base = review_server
     user_in(SUPERVISORS, "sam")
     waiting = run_awaiting_approval(expires_after_seconds=600)
-    sam = _login(browser, base, "sam")
+    sam = signed_in(browser, base, "sam")
     _open_from_queue(sam, base, waiting)
     assert "Expires at" in sam.locator("#approvals-given").inner_text()
     ApprovalRequest.objects.filter(step__run_id=waiting.run_id).update(
@@ -194,7 +180,7 @@ def test_an_approval_nobody_gave_in_time_expires(browser, review_server):
 def test_an_admin_adds_an_approval_rule(browser, review_server):
     base = review_server
     user_in(ADMINS, "ada")
-    page = _login(browser, base, "ada")
+    page = signed_in(browser, base, "ada")
     page.click("nav >> text=Budget policies")
     page.click("#approval-rules-link")
     page.click("text=New rule")
@@ -221,8 +207,8 @@ def test_a_note_being_typed_survives_another_supervisor_claiming_the_item(browse
     user_in(SUPERVISORS, "alice")
     user_in(SUPERVISORS, "bob")
     item = killed_support_run()
-    alice = _login(browser, base, "alice")
-    bob = _login(browser, base, "bob")
+    alice = signed_in(browser, base, "alice")
+    bob = signed_in(browser, base, "bob")
     alice.goto(f"{base}/queue/{item.run_id}/2/")
     alice.fill("#note", "Checking the SMTP log, half way through")
     bob.goto(f"{base}/queue/{item.run_id}/2/")
@@ -236,14 +222,7 @@ def test_a_note_being_typed_survives_another_supervisor_claiming_the_item(browse
 def test_the_header_fits_a_390_px_phone(browser, review_server):
     base = review_server
     user_in(ADMINS, "ada")
-    context = browser.new_context(viewport={"width": 390, "height": 800})
-    context.set_default_timeout(TIMEOUT)
-    page = context.new_page()
-    page.goto(f"{base}/login/")
-    page.fill("input[name=username]", "ada")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
+    page = signed_in(browser, base, "ada", viewport=(390, 800))
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, width
     for name in ("Runs", "Review queue", "Log out"):
@@ -258,7 +237,7 @@ def test_a_supervisor_decides_five_emails_at_once(browser, review_server):
     base = review_server
     user_in(SUPERVISORS, "sam")
     items = [killed_support_run(customer=f"c{n}@example.com") for n in range(5)]
-    page = _login(browser, base, "sam")
+    page = signed_in(browser, base, "sam")
     page.goto(f"{base}/queue/")
     for item in items:
         page.check(f'[id="pick-{item.run_id}-2"]')
@@ -305,7 +284,7 @@ def test_an_admin_sets_up_a_webhook_and_an_escalation_reaches_it_signed_after_a_
     try:
         base = review_server
         user_in(ADMINS, "ada")
-        page = _login(browser, base, "ada")
+        page = signed_in(browser, base, "ada")
         item = killed_support_run()
         page.goto(f"{base}/queue/")
         assert page.locator("#nobody-notified").is_visible()

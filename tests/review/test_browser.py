@@ -14,24 +14,10 @@ from runs.constants import RunStatus, StepState
 from runs.models import Step
 from runs.services import run_create
 from runs.tokens import worker_token_create
-from tests.review.browser import Worker, shot
-from tests.review.factories import PASSWORD, UnknownStep, killed_support_run, user_in
+from tests.review.browser import Worker, shot, signed_in
+from tests.review.factories import UnknownStep, killed_support_run, user_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-TIMEOUT = 15_000  # ms; the suite's pages poll every second (tests/conftest.py)
-
-
-def _login(browser: Any, base: str, username: str) -> Any:
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
-    context.set_default_timeout(TIMEOUT)
-    page = context.new_page()
-    page.goto(f"{base}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
-    return page
 
 
 def _open_item_from_queue(page: Any, base: str, item: UnknownStep) -> None:
@@ -51,7 +37,7 @@ def test_supervisor_marks_the_email_as_sent_and_sees_the_run_complete(browser, r
     base = review_server
     user_in(SUPERVISORS, "sam")
     item = killed_support_run(external_id="ticket-1001")
-    page = _login(browser, base, "sam")
+    page = signed_in(browser, base, "sam", through_the_form=True)
     assert page.locator("#nav-waiting").inner_text() == "1"
     shot(page, "runs-list")
     _open_item_from_queue(page, base, item)
@@ -87,7 +73,7 @@ def test_supervisor_sends_the_email_back_for_retry_and_the_run_completes(browser
     base = review_server
     user_in(SUPERVISORS, "sam")
     item = killed_support_run()
-    page = _login(browser, base, "sam")
+    page = signed_in(browser, base, "sam")
     _open_item_from_queue(page, base, item)
     # nobody enforces email.send: the page says a retry may send it twice, and asks
     assert "may get it twice" in page.locator("#retry-warning").inner_text()
@@ -118,7 +104,7 @@ def test_supervisor_abandons_and_the_run_ends(browser, review_server):
     base = review_server
     user_in(SUPERVISORS, "sam")
     item = killed_support_run()
-    page = _login(browser, base, "sam")
+    page = signed_in(browser, base, "sam")
     _open_item_from_queue(page, base, item)
     page.click("button[value=abandon]")  # no note: the browser's required check stops it
     assert item.step.state == StepState.UNKNOWN
@@ -136,7 +122,7 @@ def test_auditor_sees_no_resolve_buttons_and_a_forged_post_is_refused(browser, r
     base = review_server
     user_in(AUDITORS, "audrey")
     item = killed_support_run()
-    page = _login(browser, base, "audrey")
+    page = signed_in(browser, base, "audrey")
     _open_item_from_queue(page, base, item)
     assert page.locator("#read-only").is_visible()
     assert page.locator("button[value=sent]").count() == 0
@@ -162,8 +148,8 @@ def test_two_supervisors_resolve_the_same_step_and_one_sees_who_won(
     user_in(SUPERVISORS, "alice")
     user_in(SUPERVISORS, "bob")
     item = killed_support_run()
-    alice = _login(browser, base, "alice")
-    bob = _login(browser, base, "bob")
+    alice = signed_in(browser, base, "alice")
+    bob = signed_in(browser, base, "bob")
     for page in (alice, bob):
         page.goto(f"{base}/queue/{item.run_id}/2/")
     alice.fill("#note", "alice: seen in the SMTP log")
@@ -186,7 +172,7 @@ def test_admin_pages_policies_tokens_and_audit_log(browser, review_server):
     base = review_server
     user_in(ADMINS, "root-admin")
     item = killed_support_run()
-    page = _login(browser, base, "root-admin")
+    page = signed_in(browser, base, "root-admin")
     page.click("nav >> text=Budget policies")
     page.click("text=New policy")
     page.fill("input[name=name]", "support-agent")
@@ -242,7 +228,7 @@ def test_screenshots_of_a_busy_dashboard(browser, review_server):
     for n, customer in enumerate(["ada@example.com", "grace@example.com", "linus@example.com"]):
         killed_support_run(external_id=f"ticket-{2000 + n}", customer=customer)
     run_create(agent="search", input={"q": "refund policy"}, actor="worker:w-2")
-    page = _login(browser, review_server, "sam")
+    page = signed_in(browser, review_server, "sam")
     shot(page, "runs-list")
     page.click("nav >> text=Review queue")
     page.locator("tr[data-step]").nth(2).wait_for()
