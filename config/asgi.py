@@ -12,3 +12,7 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ["LEDGER_ASGI"] = "1"
 application = get_asgi_application()
+
+from config.warmup import warm_up  # noqa: E402 (needs the apps loaded)
+
+warm_up()  # before the first request, not in it
