@@ -58,7 +58,12 @@ PRELOADS = {
     ],
     # `python -m agentledger mcp proxy`, which an MCP client starts (through launch.py)
     "agentledger": ["argparse", "agentledger.integrations.mcp"],
+    # the proxy tests' upstream server, which the proxy starts (through launch.py): the MCP
+    # SDK's server side and its types take 1.5 s of CPU to import
+    "mcp_upstream": ["mcp.server", "mcp.server.mcpserver", "mcp_types"],
 }
+# the ones another program starts, through launch.py and a socket, rather than the test itself
+LAUNCHED = frozenset({"agentledger", "mcp_upstream"})
 
 
 @dataclass
@@ -72,13 +77,13 @@ class Desk:
 
     def preloaded(self, script: str) -> PreloadedPython:
         """The session's preloaded interpreter for `script`'s framework (started on first use);
-        the one for `agentledger` (the MCP proxy) listens on a socket for launch.py."""
+        the ones in LAUNCHED (the MCP proxy, its upstream) listen on a socket for launch.py."""
         if script not in self.pythons:
             env = {k: v for k, v in os.environ.items() if not k.startswith("CRASH_")}
             env.update(PYTHONDONTWRITEBYTECODE="1", OPENAI_AGENTS_DISABLE_TRACING="1")
             env.pop("PYTHONPATH", None)  # the SDK's `agents` before our Django app's
             socket_path = None
-            if script == "agentledger":  # a short path: a Unix socket's is at most 107 bytes
+            if script in LAUNCHED:  # a short path: a Unix socket's is at most 107 bytes
                 socket_path = Path(tempfile.mkdtemp(prefix="al-")) / "preloaded.sock"
             self.pythons[script] = PreloadedPython(
                 PRELOADS[script], env=env, cwd=ROOT, socket_path=socket_path

@@ -1,8 +1,10 @@
-"""`python -S launch.py SOCKET MODULE ARGS...`: runs `python -m MODULE ARGS...` as a child forked
-by a preloaded interpreter (preloaded.py) listening on SOCKET, with this process's stdin, stdout,
-stderr, environment and working directory, and exits as that child exits (killed by the same
-signal). SIGTERM and SIGINT sent to this process are passed on to the child. Standard library
-only, and no site-packages (-S): it starts in a few tens of milliseconds.
+"""`python -S launch.py SOCKET MODULE ARGS...`: runs `python -m MODULE ARGS...` (or, for a MODULE
+ending in .py, `python MODULE ARGS...`) as a child forked by a preloaded interpreter
+(preloaded.py) listening on SOCKET, with this process's stdin, stdout, stderr, environment and
+working directory, and exits as that child exits (killed by the same signal). SIGTERM and SIGINT
+sent to this process are passed on to the child. The child finds this process's parent, the
+program that started it, in LAUNCHED_BY_PID (its own parent is the preloaded interpreter).
+Standard library only, and no site-packages (-S): it starts in a few tens of milliseconds.
 """
 
 import json
@@ -14,7 +16,9 @@ import sys
 path, module, *args = sys.argv[1:]
 server = socket.socket(socket.AF_UNIX)
 server.connect(path)
-request = {"module": module, "args": args, "env": dict(os.environ), "cwd": os.getcwd()}
+target = {"script": module} if module.endswith(".py") else {"module": module}
+env = {**os.environ, "LAUNCHED_BY_PID": str(os.getppid())}
+request = {**target, "args": args, "env": env, "cwd": os.getcwd()}
 socket.send_fds(server, [json.dumps(request).encode()], [0, 1, 2])
 answers = server.makefile()
 pid = json.loads(answers.readline())["pid"]

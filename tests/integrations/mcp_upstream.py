@@ -2,8 +2,9 @@
 
 `lookup` is annotated read-only; `append` writes a line to WORK_DIR/effects.txt, `append_keyed`
 too but once per idempotency key (the proxy sends it in `_meta`). Every call is
-counted in WORK_DIR/upstream_calls.txt. Over stdio it records its parent's pid (the proxy) in proxy.pid; with UPSTREAM_HTTP_PORT it
-serves streamable HTTP instead.
+counted in WORK_DIR/upstream_calls.txt. Over stdio it records the pid of the proxy that started it
+in proxy.pid (its parent, or LAUNCHED_BY_PID when launch.py started it, forked from a preloaded
+interpreter); with UPSTREAM_HTTP_PORT it serves streamable HTTP instead.
 UPSTREAM_KILL_PROXY_INSIDE=<tool> SIGKILLs the proxy right after the effect (before the proxy
 can journal the outcome); UPSTREAM_DIE_INSIDE=<tool> makes this server exit there instead.
 """
@@ -17,6 +18,7 @@ from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
 
 WORK = Path(os.environ["WORK_DIR"])
+PROXY_PID = int(os.environ.get("LAUNCHED_BY_PID") or os.getppid())
 server = MCPServer("files")
 
 
@@ -34,7 +36,7 @@ def lookup(ticket: str) -> str:
 
 def crash_points(name: str) -> None:
     if os.environ.get("UPSTREAM_KILL_PROXY_INSIDE") == name:
-        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(PROXY_PID, signal.SIGKILL)
     if os.environ.get("UPSTREAM_DIE_INSIDE") == name:
         os._exit(1)
 
@@ -67,5 +69,5 @@ if __name__ == "__main__":
     if os.environ.get("UPSTREAM_HTTP_PORT"):  # streamable HTTP at http://127.0.0.1:PORT/mcp
         server.run("streamable-http", host="127.0.0.1", port=int(os.environ["UPSTREAM_HTTP_PORT"]))
     else:
-        (WORK / "proxy.pid").write_text(str(os.getppid()))
+        (WORK / "proxy.pid").write_text(str(PROXY_PID))
         server.run()

@@ -53,7 +53,7 @@ def _run_child(request: dict[str, Any]) -> int:
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         else:  # python SCRIPT: the script's folder first on sys.path
             sys.path[0] = str(Path(request["script"]).parent)
-            sys.argv = [request["script"]]
+            sys.argv = [request["script"], *request.get("args", [])]
             runpy.run_path(request["script"], run_name="__main__")
         code = 0
     except SystemExit as stop:
@@ -208,7 +208,8 @@ class PreloadedPython:
                 self.socket_path.parent.rmdir()
 
     def launch_argv(self, module: str, *args: str) -> list[str]:
-        """The command that runs `python -m MODULE ARGS...` as a child of this interpreter."""
+        """The command that runs `python -m MODULE ARGS...` (`python MODULE ARGS...` for a path
+        ending in .py) as a child of this interpreter."""
         launcher = Path(__file__).with_name("launch.py")
         return [sys.executable, "-S", str(launcher), str(self.socket_path), module, *args]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -34,16 +35,20 @@ UPSTREAM = ROOT / "tests" / "integrations" / "mcp_upstream.py"
 def proxy_params(
     run: AgentRun,
     *,
-    upstream: str = f"{sys.executable} {UPSTREAM}",
+    upstream: str | None = None,
     options: tuple[str, ...] = (),
     preloaded: bool = False,
     **env: str,
 ) -> StdioServerParameters:
     """`python -m agentledger mcp proxy ...`; `preloaded`: forked from the session's interpreter
     that has imported the proxy's MCP SDK (launch.py), for a proxy the test kills by the pid
-    the upstream records (a kill of the command itself would end only launch.py)."""
+    the upstream records (a kill of the command itself would end only launch.py). The upstream,
+    unless named, is mcp_upstream.py, forked from an interpreter that has imported the MCP SDK's
+    server side."""
     from mcp.client.stdio import StdioServerParameters
 
+    if upstream is None:
+        upstream = shlex.join(run.desk.preloaded("mcp_upstream").launch_argv(str(UPSTREAM)))
     proxy = [
         "mcp",
         "proxy",
@@ -218,7 +223,7 @@ def test_a_streamable_http_upstream_is_journalled_and_replayed(desk: Desk) -> No
     run = desk.new_run("mcp-desk")
     port = free_port()
     upstream = subprocess.Popen(
-        [sys.executable, str(UPSTREAM)],
+        desk.preloaded("mcp_upstream").launch_argv(str(UPSTREAM)),
         env={**os.environ, "WORK_DIR": str(run.work), "UPSTREAM_HTTP_PORT": str(port)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
