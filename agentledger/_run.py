@@ -101,6 +101,15 @@ def _accepts_key(fn: Callable[..., Any]) -> bool:
     )
 
 
+def _still_executing(error: LedgerError, waited_since: float) -> bool:
+    """Whether a 409 `idempotency_in_progress` is worth waiting out: not once the server calls
+    the key's lock stale (`details.stale`: its execution was lost, and only a supervisor's retry
+    frees the key), and not past IN_PROGRESS_WAIT_SECONDS."""
+    if error.details.get("stale") is True:
+        return False
+    return time.monotonic() - waited_since < IN_PROGRESS_WAIT_SECONDS
+
+
 class Run:
     """Use as `with ledger.run(...) as run:`; set `run.output` before the block ends.
 
@@ -336,7 +345,7 @@ class Run:
                 )
             except LedgerError as error:
                 if error.code == "idempotency_in_progress":
-                    if time.monotonic() - waited_since < IN_PROGRESS_WAIT_SECONDS:
+                    if _still_executing(error, waited_since):
                         time.sleep(0.2)
                         continue
                     # an execution the server lost (e.g. its database connection died mid-tool)
@@ -550,7 +559,7 @@ class Run:
                     self.journal[index] = error.details["step"]
                 if error.code != "idempotency_in_progress":
                     raise
-                if time.monotonic() - waited_since < IN_PROGRESS_WAIT_SECONDS:
+                if _still_executing(error, waited_since):
                     time.sleep(0.2)
                     continue
                 # an execution the server lost holds the key: recovery decides from the key

@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -382,6 +383,47 @@ def test_an_interrupted_tool_enforced_write_runs_again_with_the_same_key(ledger:
     step = Step.objects.get(run_id=first.id, index=0)
     assert (step.state, step.enforced_by, step.executions) == ("done", "tool", 2)
     assert RunRow.objects.get(pk=first.id).used_steps == 1  # the re-execution cost no new step
+
+
+def test_a_worker_whose_gateway_key_was_lost_mid_execution_stops_without_waiting(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway says the key's lock is stale (`details.stale`): the execution holding it is
+    gone and only a supervisor's retry frees the key, so the worker stops at once rather than
+    asking again for IN_PROGRESS_WAIT_SECONDS (30 s)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    import agentledger._run as sdk_run
+    from tools.idempotency import arguments_hash, idempotency_reserve
+    from tools.models import IdempotencyKey
+
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        time.sleep(seconds)
+
+    # the SDK's own view of the time module: the real clock, its sleeps counted
+    monkeypatch.setattr(sdk_run, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
+    args = {"customer": "lost@example.com", "subject": "Lost", "body": "mid-way"}
+    with (
+        pytest.raises(LedgerUnavailable, match="stale lock") as stopped,
+        ledger.run("sdk-lost-key", {}, worker="pod-12") as run,
+    ):
+        intent = run._intent(0, "tool", "tickets.create", "write", "ledger", args, outcome=None)
+        # a server process took the key and died inside the tool, long ago
+        idempotency_reserve(
+            key=intent["idempotency_key"], tool="tickets.create", request_hash=arguments_hash(args)
+        )
+        IdempotencyKey.objects.filter(key=intent["idempotency_key"]).update(
+            locked_at=timezone.now() - timedelta(hours=1)
+        )
+        run.tool("tickets.create", args)
+    assert stopped.value.details["stale"] is True
+    assert slept == []  # asked once: no 0.2 s polls of a key nobody will finish
+    assert Step.objects.get(run_id=run.id, index=0).state == "intent"
 
 
 def test_find_and_wait_give_a_caller_whose_call_timed_out_its_run_and_result(
