@@ -3,7 +3,9 @@
 A gunicorn started with GATEWAY_CRASH_AT=<point> dies (the whole process group) inside
 `POST /runs/{id}/steps/` with `"invoke": true` for `email.send`. A second gunicorn takes over;
 once the lease and the key's lock (2 s) have run out, a new lease applies the recovery rules and
-the step ends where they say, with never more than one email row and one SMTP message:
+the step ends where they say, with never more than one email row and one SMTP message (the four
+servers die first and their leases run out together: one 5 s wait, not four; each point is a
+subtest of its own):
 
 | killed                       | recovery finds                     | then                          |
 |------------------------------|------------------------------------|-------------------------------|
@@ -15,6 +17,7 @@ the step ends where they say, with never more than one email row and one SMTP me
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -93,32 +96,55 @@ def effects(smtp: SmtpRecorder, to: str) -> tuple[int, int]:
     return OutboundEmail.objects.filter(to=to).count(), smtp_to(smtp, to)
 
 
-@pytest.mark.parametrize(
-    "point", ["before_intent", "after_intent", "inside_tool", "before_outcome_commit"]
-)
-def test_a_one_call_gateway_step_killed_at_each_point_makes_no_duplicate_effect(
-    point: str,
-    killable_server: Callable[..., tuple[str, Any]],
-    takeover_server: str,
-    smtp_server: SmtpRecorder,
-    worker_token: str,
-) -> None:
+POINTS = ["before_intent", "after_intent", "inside_tool", "before_outcome_commit"]
+
+
+@dataclass
+class Crashed:
+    """A step whose server died under it, waiting for its lease to run out."""
+
+    run_id: str
+    to: str
+    lease_ends: float  # time.monotonic() after which the takeover may lease
+
+
+def crash_at(point: str, killable_server: Callable[..., tuple[str, Any]], token: str) -> Crashed:
     to = f"crash-{point.replace('_', '-')}@example.com"
     url, proc = killable_server(
         GATEWAY_CRASH_AT=point, TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS=LOCK_TIMEOUT
     )
-    first = Worker(url, worker_token)
+    first = Worker(url, token)
     run_id = first.call("POST", "/api/v1/runs/", {"agent": "mailer", "input": {}}).json()["id"]
     leased_before = time.monotonic()
     epoch = first.lease(run_id, "pod-1").json()["epoch"]
     with pytest.raises(httpx.TransportError):
         first.email_step(run_id, epoch, to)  # the server dies under the call
     proc.wait(timeout=10)
+    # an SMTP conversation that finished just before the kill has long been recorded by then
+    return Crashed(run_id=run_id, to=to, lease_ends=leased_before + LEASE_TTL + 0.5)
 
+
+def test_a_one_call_gateway_step_killed_at_each_point_makes_no_duplicate_effect(
+    killable_server: Callable[..., tuple[str, Any]],
+    takeover_server: str,
+    smtp_server: SmtpRecorder,
+    worker_token: str,
+    subtests: pytest.Subtests,
+) -> None:
+    # every point's server is killed first, so that their leases (5 s at least) run out together
+    crashed = {point: crash_at(point, killable_server, worker_token) for point in POINTS}
     second = Worker(takeover_server, worker_token)
-    # the lease (and the key's lock, which is shorter) ran out; an SMTP conversation that
-    # finished just before the kill has long been recorded
-    time.sleep(max(0.5, leased_before + LEASE_TTL + 0.5 - time.monotonic()))
+    for point, step_killed in crashed.items():
+        with subtests.test(point=point):
+            time.sleep(max(0.0, step_killed.lease_ends - time.monotonic()))
+            takeover_finds_what_the_rules_say(point, step_killed, second, smtp_server)
+
+
+def takeover_finds_what_the_rules_say(
+    point: str, crashed: Crashed, second: Worker, smtp_server: SmtpRecorder
+) -> None:
+    run_id, to = crashed.run_id, crashed.to
+    # the lease (and the key's lock, which is shorter) ran out
     lease = second.lease(run_id, "pod-2")
     step = Step.objects.filter(run_id=run_id, index=0).first()
 
