@@ -188,5 +188,7 @@ def mail_stack(
             **sink.mail_env(),
             **getattr(request.module, "SERVER_ENV", {}),  # a test module's extra server settings
         }
-        with gunicorn(env=env, workers=3) as url:
+        # 2 workers x 8 threads: a burst (the races test's 100 threads) holds 16 connections,
+        # which leaves room for the rest of the session in 40
+        with gunicorn(env=env, workers=2) as url:
             yield Stack(url=url, token=token, smtp=sink, smtp_port=sink.port, workdir=tmp_path)
