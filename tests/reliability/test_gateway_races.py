@@ -54,22 +54,22 @@ def test_fifty_concurrent_invokes_per_key_across_twenty_keys_make_one_effect_eac
                 timeout=60,
             )
             local[threading.get_ident()] = client
-        try:
-            response = client.post(
+
+        def send() -> httpx.Response:
+            return client.post(
                 f"/api/v1/tools/{tool}/invoke",
                 json={"arguments": args},
                 headers={"Idempotency-Key": key},
             )
+
+        try:
+            response = send()
         except (httpx.ReadError, httpx.RemoteProtocolError):
             # gunicorn closed this kept-alive connection (idle past its 2 s keep-alive) as the
             # request went out, as any HTTP client meets now and then; the key makes sending it
             # again safe, and a client does just that
             resent.append(key)
-            response = client.post(
-                f"/api/v1/tools/{tool}/invoke",
-                json={"arguments": args},
-                headers={"Idempotency-Key": key},
-            )
+            response = send()
         body = response.json()
         return (
             key,

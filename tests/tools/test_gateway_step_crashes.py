@@ -120,8 +120,10 @@ def crash_at(point: str, killable_server: Callable[..., tuple[str, Any]], token:
     with pytest.raises(httpx.TransportError):
         first.email_step(run_id, epoch, to)  # the server dies under the call
     proc.wait(timeout=10)
-    # an SMTP conversation that finished just before the kill has long been recorded by then
-    return Crashed(run_id=run_id, to=to, lease_ends=leased_before + LEASE_TTL + 0.5)
+    # and at least 0.5 s after the kill, so that an SMTP conversation that finished just before
+    # it has been recorded
+    lease_ends = max(leased_before + LEASE_TTL + 0.5, time.monotonic() + 0.5)
+    return Crashed(run_id=run_id, to=to, lease_ends=lease_ends)
 
 
 def test_a_one_call_gateway_step_killed_at_each_point_makes_no_duplicate_effect(
