@@ -92,7 +92,7 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 # one Chromium for the whole session: Playwright's sync API allows one per thread
 # the agents' real stack (fixed ports): registered once here, shared by every suite that uses it
 from tests.agents.fixtures import agent_ledger_url, desk, smtp_sink  # noqa: E402, F401
-from tests.review.browser import browser  # noqa: E402, F401  (fixture)
+from tests.review.browser import browser, page_pool  # noqa: E402, F401  (browser: a fixture)
 
 
 @pytest.fixture(scope="session")
@@ -266,14 +266,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """A browser test's pages are closed when it ends, before its teardown empties the database:
-    an open page polls the live server until it is closed (every page of the session would)."""
+    """A browser test's pages are closed or blanked when it ends, before its teardown empties
+    the database: an open page polls the live server until it leaves (every page of the session
+    would). The signed-in pages go back to their pool (`tests.review.browser.PagePool`)."""
     yield
     chromium = getattr(item, "funcargs", {}).get("browser")
     if chromium is not None:
-        for context in chromium.contexts:
-            with suppress(Exception):
-                context.close()
+        page_pool(chromium).give_back()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -7,8 +7,10 @@ file.
 
 import os
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -45,6 +47,78 @@ UPDATE_SWITCHES = ("UPDATE_SCREENSHOTS", "SCREENSHOTS", "CONSOLE_SCREENSHOTS")
 TIMEOUT = 15_000  # ms; the suite's pages poll every second (tests/conftest.py)
 
 
+class PagePool:
+    """The browser tests' signed-in pages, kept from one test to the next.
+
+    A new page costs Chromium a renderer process, about 0.7 s of CPU here, against 0.15 s for a
+    page load in a renderer it already has, and the suite's browser tests sign in some thirty
+    times. Each page has a context of its own (its own cookies: two supervisors side by side);
+    when a test ends its cookies are cleared and it waits on a page that polls nothing
+    (`resting_url`), and every other page or context the test opened is closed, so nothing of one test's session reaches the next.
+    A test that listens to a page's events or adds scripts to it opens a context of its own.
+    """
+
+    def __init__(self, browser: Any) -> None:
+        self.browser = browser
+        self.idle: list[Any] = []
+        self.lent: list[Any] = []
+
+    def take(self, viewport: tuple[int, int]) -> Any:
+        width, height = viewport
+        while self.idle:
+            page = self.idle.pop()
+            if not page.is_closed():
+                page.set_viewport_size({"width": width, "height": height})
+                break
+        else:
+            context = self.browser.new_context(viewport={"width": width, "height": height})
+            context.set_default_timeout(TIMEOUT)
+            page = context.new_page()
+        self.lent.append(page)
+        return page
+
+    def give_back(self) -> None:
+        """At the end of a test: the pool's pages blanked and idle, everything else closed."""
+        lent = {id(page.context): page for page in self.lent if not page.is_closed()}
+        idle = {id(page.context) for page in self.idle}
+        self.lent.clear()
+        for context in self.browser.contexts:
+            if id(context) in idle:
+                continue
+            page = lent.get(id(context))
+            try:
+                if page is None:
+                    context.close()
+                    continue
+                for other in context.pages:
+                    if other is not page:
+                        other.close()
+                context.clear_cookies()
+                page.goto(resting_url(page.url))  # stops the page's polling
+                self.idle.append(page)
+            except Exception:  # a crashed page: its context goes, the next test gets a new one
+                with suppress(Exception):
+                    context.close()
+
+
+def resting_url(url: str) -> str:
+    """Where a pooled page waits for its next test: the login page of the origin it is on, which
+    polls nothing. Not about:blank: the dashboard's pages are Cross-Origin-Opener-Policy
+    same-origin, so Chromium would give the page a new renderer on the way there and another on
+    the way back (the very cost the pool saves)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return "about:blank"
+    return f"{parts.scheme}://{parts.netloc}/login/"
+
+
+_pools: dict[int, PagePool] = {}
+
+
+def page_pool(browser: Any) -> PagePool:
+    return _pools.setdefault(id(browser), PagePool(browser))
+
+
 def signed_in(
     browser: Any,
     base: str,
@@ -53,7 +127,8 @@ def signed_in(
     viewport: tuple[int, int] = (1360, 900),
     through_the_form: bool = False,
 ) -> Any:
-    """A page of a new browser context, signed in as `username`, on the dashboard at `base`/.
+    """A page of a context of its own, signed in as `username`, on the dashboard at `base`/
+    (the page is the pool's: `PagePool`).
 
     The session is made the way Django's test client makes one and its cookie handed to the
     browser: two page loads fewer than the login form (Chromium's CPU is a sixth of the suite's).
@@ -65,10 +140,7 @@ def signed_in(
 
     from tests.review.factories import PASSWORD
 
-    width, height = viewport
-    context = browser.new_context(viewport={"width": width, "height": height})
-    context.set_default_timeout(TIMEOUT)
-    page = context.new_page()
+    page = page_pool(browser).take(viewport)
     if through_the_form:
         page.goto(f"{base}/login/")
         page.fill("input[name=username]", username)
@@ -78,7 +150,9 @@ def signed_in(
         client = Client()
         client.force_login(User.objects.get(username=username))
         cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
-        context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookie, "url": base}])
+        page.context.add_cookies(
+            [{"name": settings.SESSION_COOKIE_NAME, "value": cookie, "url": base}]
+        )
         page.goto(f"{base}/")
     page.wait_for_url(f"{base}/")
     return page
@@ -107,6 +181,7 @@ def browser() -> Iterator[Any]:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
             yield browser
+            _pools.pop(id(browser), None)
             browser.close()
     finally:
         if previous is None:

@@ -14,7 +14,7 @@ from runs.constants import RunStatus, StepState
 from runs.models import Step
 from runs.services import run_create
 from runs.tokens import worker_token_create
-from tests.review.browser import Worker, shot, signed_in
+from tests.review.browser import Worker, page_pool, shot, signed_in
 from tests.review.factories import UnknownStep, killed_support_run, user_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -215,8 +215,7 @@ def test_admin_pages_policies_tokens_and_audit_log(browser, review_server):
 
 
 def test_login_page_screenshot(browser, review_server):
-    context = browser.new_context(viewport={"width": 1360, "height": 700})
-    page = context.new_page()
+    page = page_pool(browser).take(viewport=(1360, 700))  # signed in as nobody
     page.goto(f"{review_server}/login/")
     path = shot(page, "login")
     assert path.stat().st_size > 0
