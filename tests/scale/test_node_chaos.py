@@ -197,20 +197,15 @@ def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double
             run_id__in=run_ids, type=EventType.STEP_INTERRUPTED
         ).values_list("run_id", "payload")
     )
-    for step in Step.objects.filter(run_id__in=run_ids, executions__gt=1):
+    handed_out_again = list(Step.objects.filter(run_id__in=run_ids, executions__gt=1))
+    for step in handed_out_again:
         lapsed = Event.objects.filter(run_id=step.run_id, type=EventType.LEASE_EXPIRED)
         print(
             f"{step.name} #{step.index} of run {step.run_id} handed out {step.executions} times;"
             f" held by the dead node: {step.run_id in held_by_the_dead_node};"
             f" lapsed leases: {list(lapsed.values_list('payload', flat=True))}"
         )
-    executions = {
-        (run_id, index): n - 1
-        for run_id, index, n in Step.objects.filter(run_id__in=run_ids).values_list(
-            "run_id", "index", "executions"
-        )
-        if n > 1
-    }
+    executions = {(step.run_id, step.index): step.executions - 1 for step in handed_out_again}
     assert executions == dict(interruptions)
     assert (after["tickets"], after["emails"], after["smtp_messages"]) == (RUNS, RUNS, RUNS)
     for customer in customers:
