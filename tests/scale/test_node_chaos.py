@@ -24,10 +24,12 @@ from typing import Any
 
 import pytest
 import redis
+from django.db.models import QuerySet
 
 from agents.services import agent_run_start
 from agents.support import ticket_input
 from runs.chain import run_chain_breaks
+from runs.constants import StepState
 from runs.models import Event, Run, Step
 from runs.services import runs_reap_expired_leases, runs_redispatch_idle
 from runs.vocabulary import EventType
@@ -56,6 +58,40 @@ def counts(customers: list[str], smtp: SmtpSink) -> dict[str, Any]:
         "emails": OutboundEmail.objects.filter(to__in=customers).count(),
         "smtp_messages": sum(len(smtp.to(c)) for c in customers),
     }
+
+
+def worker_node_1_mid_run(run_ids: list[uuid.UUID], victim_worker: str) -> Run | None:
+    return Run.objects.filter(
+        pk__in=run_ids,
+        status="running",
+        lease_worker__startswith=victim_worker,
+        step_count__gte=3,
+        step_count__lt=18,
+    ).first()
+
+
+def why_stopped(runs: "QuerySet[Run]") -> list[dict[str, Any]]:
+    """What a failure says about a run that did not finish: its reason, and each step that is
+    not done with the state of its idempotency key."""
+    steps = Step.objects.filter(run__in=runs).exclude(state=StepState.DONE).order_by("index")
+    keys = dict(
+        IdempotencyKey.objects.filter(key__in=[step.idempotency_key for step in steps]).values_list(
+            "key", "state"
+        )
+    )
+    return [
+        {
+            "run": str(run.pk),
+            "status": run.status,
+            "reason": run.status_reason,
+            "steps": [
+                (step.index, step.name, step.state, step.executions, keys.get(step.idempotency_key))
+                for step in steps
+                if step.run_id == run.pk
+            ],
+        }
+        for run in runs
+    ]
 
 
 def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double_nothing(
@@ -111,22 +147,22 @@ def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double
 
             # chaos: once three runs are done and worker node 1 is in the middle of one, and no
             # web node is inside a tool, kill web node A and then worker node 1, each whole,
-            # with SIGKILL
+            # with SIGKILL. Web node A is frozen (SIGSTOP) before the last look at the keys: a
+            # key it reserved between that look and the kill would be a real "maybe sent", which
+            # recovery rightly sends to review (a CI run met that race when A was killed live)
             deadline = time.monotonic() + 120
             while True:
                 assert time.monotonic() < deadline, counts(customers, smtp_sink)
                 completed = Run.objects.filter(pk__in=run_ids, status="completed").count()
                 assert completed < RUNS, "every run finished before the chaos could start"
-                mid_run = Run.objects.filter(
-                    pk__in=run_ids,
-                    status="running",
-                    lease_worker__startswith=victim_worker,
-                    step_count__gte=3,
-                    step_count__lt=18,
-                ).first()
-                inside_a_tool = IdempotencyKey.objects.filter(state=KeyStatus.IN_PROGRESS)
-                if mid_run is not None and completed >= 3 and not inside_a_tool.exists():
-                    break  # some effects exist already
+                if completed >= 3 and worker_node_1_mid_run(run_ids, victim_worker) is not None:
+                    os.killpg(web_a.pid, signal.SIGSTOP)
+                    time.sleep(0.2)  # a reservation it had already sent commits now
+                    mid_run = worker_node_1_mid_run(run_ids, victim_worker)
+                    inside_a_tool = IdempotencyKey.objects.filter(state=KeyStatus.IN_PROGRESS)
+                    if mid_run is not None and not inside_a_tool.exists():
+                        break  # some effects exist already, and none is half done
+                    os.killpg(web_a.pid, signal.SIGCONT)
                 time.sleep(0.05)
             os.killpg(web_a.pid, signal.SIGKILL)
             os.killpg(workers[0].pid, signal.SIGKILL)
@@ -150,9 +186,10 @@ def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double
             deadline = time.monotonic() + 240
             while Run.objects.filter(pk__in=run_ids, status="completed").count() < RUNS:
                 assert time.monotonic() < deadline, counts(customers, smtp_sink)
-                assert not Run.objects.filter(
+                stopped = Run.objects.filter(
                     pk__in=run_ids, status__in=["needs_review", "failed", "budget_exceeded"]
-                ).exists(), counts(customers, smtp_sink)
+                )
+                assert not stopped.exists(), (counts(customers, smtp_sink), why_stopped(stopped))
                 runs_reap_expired_leases()
                 runs_redispatch_idle(idle_seconds=10)  # a run at most once every 10 s
                 time.sleep(0.25)
