@@ -17,6 +17,7 @@ from review.roles import groups_ensure_now
 from runs.default_policy import seed_default_policy
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
+from tests import connection_budget
 from tests.database import create_test_database, destroy_test_database, quick_sql_flush
 from tests.processes import (  # noqa: F401  (names other test modules import from here)
     ROOT,
@@ -262,6 +263,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "browser" in names:
             item.add_marker(pytest.mark.browser)
     items.sort(key=lambda item: "browser" in getattr(item, "fixturenames", ()))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test that starts processes first reserves the PostgreSQL connections they will hold
+    (tests/connection_budget.py), and waits while the run's other tests hold too many."""
+    needed = connection_budget.connections_needed(item)
+    audit = os.environ.get("TEST_PG_AUDIT") == "1"
+    if not needed and not audit:
+        yield
+        return
+    servers = connection_budget.lingering_servers(item, PROCESS_FIXTURES)
+    waited = connection_budget.reserve(needed, item.nodeid, servers) if needed else 0.0
+    try:
+        if audit:
+            with connection_budget.Audit(connection.settings_dict["NAME"]) as sampled:
+                yield
+            connection_budget.audit_record(item.nodeid, needed, sampled.most, waited)
+        else:
+            yield
+            if waited >= 0.5:
+                connection_budget.audit_record(item.nodeid, needed, -1, waited)
+    finally:
+        if needed:
+            connection_budget.release(item.nodeid)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        connection_budget.start_run()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        connection_budget.end_run()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How long tests waited for PostgreSQL connections; with TEST_PG_AUDIT=1, also the tests
+    that held more than they reserved."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        for line in connection_budget.audit_report():
+            terminalreporter.write_line(line)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -212,7 +212,7 @@ def spawn(
 
 
 # how long PostgreSQL lets a connection a test web server keeps sit idle before it ends it
-WEB_IDLE_SESSION_SECONDS = 5
+WEB_IDLE_SESSION_SECONDS = 2
 
 
 def server_env(

@@ -28,6 +28,7 @@ import pytest
 
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
+from tests.connection_budget import holds_connections
 from tests.processes import (
     ROOT,  # noqa: F401  (the suite's modules import it from here)
     SmtpSink,
@@ -132,6 +133,7 @@ def celery_on_redis_db7() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
+@holds_connections(16)  # 2 workers x 8 threads
 def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
     """This suite's own gunicorn (8 threads a worker) on the test database; yields its base URL.
 
@@ -159,6 +161,7 @@ class Stack:
 
 
 @pytest.fixture
+@holds_connections(16)  # 2 workers x 8 threads
 def mail_stack(
     transactional_db: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Stack]:

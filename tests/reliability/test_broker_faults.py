@@ -29,6 +29,7 @@ import redis
 from runs.chain import run_chain_breaks
 from runs.models import Event, Run
 from runs.services import runs_reap_expired_leases, runs_redispatch_idle
+from tests.connection_budget import holds_connections
 from tests.processes import start_celery_worker, stop_celery_worker
 from tests.reliability.conftest import Stack, port_in_range, stop
 
@@ -114,6 +115,7 @@ def celery_app_on(private_redis: PrivateRedis) -> Iterator[Any]:
 
 
 @pytest.fixture
+@holds_connections(3)  # a prefork pool of 2 and its master
 def celery_worker(
     mail_stack: Stack, private_redis: PrivateRedis
 ) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:

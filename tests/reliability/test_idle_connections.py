@@ -25,7 +25,10 @@ from tests.processes import WEB_IDLE_SESSION_SECONDS
 from tests.reliability.conftest import gunicorn
 from tests.reliability.helpers import Worker
 
-pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc")
+pytestmark = [
+    pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc"),
+    pytest.mark.pg_connections(16),  # 2 workers x 8 threads, each with its connection
+]
 
 
 def _sockets(port: int, *, remote: bool, state: str) -> set[str]:

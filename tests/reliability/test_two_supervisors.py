@@ -20,6 +20,9 @@ from runs.models import Event, Step
 from tests.reliability.conftest import gunicorn
 from tests.reliability.helpers import all_at_once
 
+# a gunicorn of 2 workers x 8 threads, started by the test
+pytestmark = pytest.mark.pg_connections(16)
+
 ROUNDS = 8
 
 

@@ -42,7 +42,8 @@ from tests.processes import celery_app_on, gunicorn_process, redis_url, stop_cel
 from tests.scale.helpers import RoundRobinBalancer
 from tools.models import IdempotencyKey, KeyStatus, OutboundEmail, Ticket
 
-pytestmark = pytest.mark.slow
+# two web nodes of 8 threads and two Celery nodes, each thread and process with its connection
+pytestmark = [pytest.mark.slow, pytest.mark.pg_connections(20)]
 
 BROKER_URL = redis_url()  # this test process's own Redis database
 RUNS = 16
