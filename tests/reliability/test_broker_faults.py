@@ -163,7 +163,8 @@ def test_broker_killed_and_restarted_while_agents_run_as_tasks_loses_nothing(
     from agents.tasks import run_agent
     from tools.models import OutboundEmail, Ticket
 
-    celery_worker()
+    worker = celery_worker()
+    worker_exits: list[int | None] = []
     tag = uuid.uuid4().hex[:8]
     runs: dict[str, str] = {}
     with httpx.Client(
@@ -205,6 +206,15 @@ def test_broker_killed_and_restarted_while_agents_run_as_tasks_loses_nothing(
             statuses,
             (mail_stack.workdir / "celery.log").read_text()[-4000:],
         )
+        # kombu's Redis transport can end the worker in its own reconnection ("Unrecoverable
+        # error: AttributeError: 'NoneType' object has no attribute 'hostname'", raised while it
+        # restores unacked messages on the lost connection; once in a dozen full runs here): the
+        # worker process exits, and a deployment's supervisor starts it again, as the test does.
+        # Its runs' leases lapse and the safety nets below hand them on; nothing may double
+        if worker.poll() is not None:
+            worker_exits.append(worker.returncode)
+            assert len(worker_exits) <= 3, (worker_exits, statuses)
+            worker = celery_worker()
         # what beat does every few seconds; asked more often here, the end is seen sooner (an
         # idle run is still offered at most once every 8 s)
         reaped += runs_reap_expired_leases()
@@ -218,7 +228,8 @@ def test_broker_killed_and_restarted_while_agents_run_as_tasks_loses_nothing(
     print(
         f"\nbroker faults: {restarts} broker kills+restarts, {len(runs)} runs done in {took:.1f}s; "
         f"statuses {dict(statuses)}; leases after a lost worker/task {recovered}; "
-        f"runs re-dispatched by the reaper {reaped}, idle runs offered again {redispatched}"
+        f"runs re-dispatched by the reaper {reaped}, idle runs offered again {redispatched}; "
+        f"worker processes restarted after they exited {len(worker_exits)} {worker_exits}"
     )
     assert statuses == {"completed": RUNS}, statuses
     for run_id, customer in runs.items():
