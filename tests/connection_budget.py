@@ -184,6 +184,11 @@ def holds_connections(count: int) -> Callable[[F], F]:
     return declare
 
 
+def _fixture_definitions(item: Any) -> dict[str, Any]:
+    """The fixtures `item` uses, by name: each name's definitions, the one it gets last."""
+    return getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})  # type: ignore[no-any-return]
+
+
 def connections_needed(item: Any) -> int:
     """What `item` reserves: its `pg_connections` mark; else what the fixtures it uses declare
     (`holds_connections`), or `PROCESS_TEST` for another `slow` test; else nothing (a test that
@@ -191,7 +196,7 @@ def connections_needed(item: Any) -> int:
     mark = item.get_closest_marker("pg_connections")
     if mark is not None:
         return int(mark.args[0])
-    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    definitions = _fixture_definitions(item)
     declared = sum(
         getattr(defs[-1].func, "pg_connections", 0) for defs in definitions.values() if defs
     )
@@ -203,7 +208,7 @@ def connections_needed(item: Any) -> int:
 def lingering_servers(item: Any, process_fixtures: frozenset[str]) -> tuple[str, ...]:
     """The server fixtures `item` uses whose scope is wider than the test: their idle connections
     stay open for a while after it."""
-    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    definitions = _fixture_definitions(item)
     return tuple(
         sorted(
             f"{definitions[name][-1].baseid}::{name}"

@@ -110,13 +110,19 @@ def port_in_range() -> int:
 stop = stop_process
 
 
+SERVER_WORKERS = 2
+SERVER_THREADS = 8
+# what this suite's gunicorn holds at most: a connection per thread (tests/connection_budget.py)
+SERVER_CONNECTIONS = SERVER_WORKERS * SERVER_THREADS
+
+
 @contextmanager
-def gunicorn(*, env: dict[str, str] | None = None, workers: int = 2) -> Iterator[str]:
+def gunicorn(*, env: dict[str, str] | None = None, workers: int = SERVER_WORKERS) -> Iterator[str]:
     """A real gunicorn on the test database; yields its URL."""
     with gunicorn_server(
         env=env,
         workers=workers,
-        threads=8,
+        threads=SERVER_THREADS,
         timeout=60,
         log_name="reliability-gunicorn",
     ) as url:
@@ -133,7 +139,7 @@ def celery_on_redis_db7() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-@holds_connections(16)  # 2 workers x 8 threads
+@holds_connections(SERVER_CONNECTIONS)
 def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
     """This suite's own gunicorn (8 threads a worker) on the test database; yields its base URL.
 
@@ -161,7 +167,7 @@ class Stack:
 
 
 @pytest.fixture
-@holds_connections(16)  # 2 workers x 8 threads
+@holds_connections(SERVER_CONNECTIONS)
 def mail_stack(
     transactional_db: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Stack]:
@@ -193,5 +199,5 @@ def mail_stack(
         }
         # 2 workers x 8 threads: a burst (the races test's 100 threads) holds 16 connections,
         # which leaves room for the rest of the session in 40
-        with gunicorn(env=env, workers=2) as url:
+        with gunicorn(env=env) as url:
             yield Stack(url=url, token=token, smtp=sink, smtp_port=sink.port, workdir=tmp_path)

@@ -22,12 +22,12 @@ import pytest
 from django.db import connection
 
 from tests.processes import WEB_IDLE_SESSION_SECONDS
-from tests.reliability.conftest import gunicorn
+from tests.reliability.conftest import SERVER_CONNECTIONS, gunicorn
 from tests.reliability.helpers import Worker
 
 pytestmark = [
     pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc"),
-    pytest.mark.pg_connections(16),  # 2 workers x 8 threads, each with its connection
+    pytest.mark.pg_connections(SERVER_CONNECTIONS),
 ]
 
 

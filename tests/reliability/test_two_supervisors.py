@@ -17,11 +17,10 @@ from django.test import Client
 
 from runs.api_errors import ApplicationError
 from runs.models import Event, Step
-from tests.reliability.conftest import gunicorn
+from tests.reliability.conftest import SERVER_CONNECTIONS, gunicorn
 from tests.reliability.helpers import all_at_once
 
-# a gunicorn of 2 workers x 8 threads, started by the test
-pytestmark = pytest.mark.pg_connections(16)
+pytestmark = pytest.mark.pg_connections(SERVER_CONNECTIONS)  # the gunicorn it starts
 
 ROUNDS = 8
 

@@ -150,7 +150,7 @@ def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double
             # web node is inside a tool, kill web node A and then worker node 1, each whole,
             # with SIGKILL. Web node A is frozen (SIGSTOP) before the last look at the keys: a
             # key it reserved between that look and the kill would be a real "maybe sent", which
-            # recovery rightly sends to review (a CI run met that race when A was killed live)
+            # recovery rightly sends to review (a full run met that race when A was killed live)
             deadline = time.monotonic() + 120
             while True:
                 assert time.monotonic() < deadline, counts(customers, smtp_sink)
