@@ -278,7 +278,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     waited = connection_budget.reserve(needed, item.nodeid, servers) if needed else 0.0
     try:
         if audit:
-            with connection_budget.Audit(connection.settings_dict["NAME"]) as sampled:
+            with connection_budget.Audit() as sampled:
                 yield
             connection_budget.audit_record(item.nodeid, needed, sampled.most, waited)
         else:

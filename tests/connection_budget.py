@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.processes import WEB_IDLE_SESSION_SECONDS
+from tests.processes import WEB_IDLE_SESSION_SECONDS, test_database_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -71,9 +71,12 @@ def end_run() -> None:
         ledger_path().unlink()
 
 
+def _run_name() -> str:
+    return os.environ.get(RUN_VARIABLE) or f"pid{os.getpid()}"
+
+
 def ledger_path() -> Path:
-    run = os.environ.get(RUN_VARIABLE) or f"pid{os.getpid()}"
-    return Path(tempfile.gettempdir()) / f"agentledger-tests-pg-connections-{run}.json"
+    return Path(tempfile.gettempdir()) / f"agentledger-tests-pg-connections-{_run_name()}.json"
 
 
 @dataclass(frozen=True)
@@ -220,10 +223,10 @@ def lingering_servers(item: Any, process_fixtures: frozenset[str]) -> tuple[str,
 
 class Audit:
     """Samples this process's test database while a test runs (TEST_PG_AUDIT=1): the most
-    connections it saw, to compare with what the test reserved."""
+    connections it saw besides its own, to compare with what the test reserved."""
 
-    def __init__(self, database: str) -> None:
-        self.database = database
+    def __init__(self) -> None:
+        self.url = test_database_url()
         self.most = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -239,11 +242,11 @@ class Audit:
     def _sample(self) -> None:
         import psycopg
 
-        url = os.environ.get("DATABASE_URL", "postgres://root@127.0.0.1:5432/test")
-        with psycopg.connect(url, autocommit=True) as conn:
+        with psycopg.connect(self.url, autocommit=True) as conn:
             while not self._stop.is_set():
                 row = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (self.database,)
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 ).fetchone()
                 self.most = max(self.most, int(row[0]) if row else 0)
                 self._stop.wait(0.02)
@@ -252,8 +255,7 @@ class Audit:
 def _audit_path() -> Path:
     from tests.processes import LOGS
 
-    run = os.environ.get(RUN_VARIABLE) or f"pid{os.getpid()}"
-    return LOGS / f"pg-connections-audit-{run}.tsv"
+    return LOGS / f"pg-connections-audit-{_run_name()}.tsv"
 
 
 def audit_record(test: str, reserved: int, most: int, waited: float) -> None:
