@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.processes import WEB_IDLE_SESSION_SECONDS, test_database_url
+from tests.processes import LOGS, WEB_IDLE_SESSION_SECONDS, test_database_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -253,8 +253,6 @@ class Audit:
 
 
 def _audit_path() -> Path:
-    from tests.processes import LOGS
-
     return LOGS / f"pg-connections-audit-{_run_name()}.tsv"
 
 
