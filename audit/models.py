@@ -161,7 +161,7 @@ class ExportJob(models.Model):
     @property
     def file_name(self) -> str:
         """The download name: built from the id and format, never from anything a user typed."""
-        return f"agentledger-export-{self.id}.{self.format}"
+        return f"intentledger-export-{self.id}.{self.format}"
 
     @property
     def path(self) -> Path:

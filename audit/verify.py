@@ -35,7 +35,7 @@ from audit.merkle import leaf_hash, root_from_path
 from runs.binding import StepReplay
 from runs.canonical import GENESIS_HASH, canonical_json, event_body, event_hash
 
-FORMAT = "agentledger.export"
+FORMAT = "intentledger.export"
 VERSION = 1
 _RUN_ID = re.compile(rb'"id":"([0-9a-f-]{36})"')
 

@@ -68,7 +68,7 @@ def _stream(request: HttpRequest, *, filters: ExportFilters, format: str, label:
         export_stream(filters=filters, format=format), content_type=export_content_type(format)
     )
     # the name is built here from a timestamp and the format, never from what the user typed
-    response["Content-Disposition"] = f'attachment; filename="agentledger-{stamp}.{format}"'
+    response["Content-Disposition"] = f'attachment; filename="intentledger-{stamp}.{format}"'
     response["Cache-Control"] = "no-store"
     return response
 

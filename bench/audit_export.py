@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _bench_url() -> str:
     base = os.environ.get("DATABASE_URL", "postgres://root@127.0.0.1:5432/test")
     parts = urlsplit(base)
-    name = parts.path.lstrip("/") or "agentledger"
+    name = parts.path.lstrip("/") or "intentledger"
     return urlunsplit(parts._replace(path=f"/{name}_audit_bench"))
 
 

@@ -1,6 +1,6 @@
 """A bare worker-API driver over httpx (one keep-alive connection): what the wire costs.
 
-The SDK (agentledger) is measured separately when it is installed; this driver is the floor
+The SDK (intentledger) is measured separately when it is installed; this driver is the floor
 any client pays: JSON encoding, one HTTP request per call, nothing else.
 """
 

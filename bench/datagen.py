@@ -90,15 +90,15 @@ def django_ready() -> None:
 
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
         # no SECRET_KEY is needed to read metadata; the bench's own processes never see this
-        saved = os.environ.get("AGENTLEDGER_ALLOW_INSECURE_KEY")
-        os.environ["AGENTLEDGER_ALLOW_INSECURE_KEY"] = "1"
+        saved = os.environ.get("INTENTLEDGER_ALLOW_INSECURE_KEY")
+        os.environ["INTENTLEDGER_ALLOW_INSECURE_KEY"] = "1"
         try:
             django.setup()
         finally:
             if saved is None:
-                del os.environ["AGENTLEDGER_ALLOW_INSECURE_KEY"]
+                del os.environ["INTENTLEDGER_ALLOW_INSECURE_KEY"]
             else:
-                os.environ["AGENTLEDGER_ALLOW_INSECURE_KEY"] = saved
+                os.environ["INTENTLEDGER_ALLOW_INSECURE_KEY"] = saved
 
 
 AGENTS = ["support", "triage", "billing", "research"]

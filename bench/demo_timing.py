@@ -72,7 +72,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--verbose", action="store_true", help="print the demo's output")
     args = parser.parse_args(argv)
 
-    drop = {"DATABASE_URL", "CELERY_BROKER_URL", "LEDGER_URL", "LEDGER_TOKEN", "SECRET_KEY"}
+    drop = {
+        "DATABASE_URL",
+        "CELERY_BROKER_URL",
+        "INTENTLEDGER_URL",
+        "INTENTLEDGER_TOKEN",
+        "SECRET_KEY",
+    }
     env = {k: v for k, v in os.environ.items() if k not in drop and k != "VIRTUAL_ENV"}
     env["DEMO_PORT"] = str(args.port)
     if args.reuse_venv:

@@ -9,7 +9,7 @@ scripted agent (an offline model that asks for `--tools` write-tool calls, one p
 answers: 2 x tools + 1 steps) bare and journalled, alternately; the figure is the p50 over the
 runs of (journalled - bare) / steps, timed inside the run's `with` block (the run's create,
 lease and complete are reported apart). The MCP part calls a read and a write tool of the test
-suite's upstream server directly and through `agentledger mcp proxy`; the figure is the
+suite's upstream server directly and through `intentledger mcp proxy`; the figure is the
 difference of the per-call p50s. Results are printed and written to bench/.work/integrations.json.
 """
 
@@ -50,11 +50,10 @@ def _import_openai_agents() -> None:
 
 
 def pydantic_ai_case(tools: int) -> Case:
+    from intentledger.integrations.pydantic_ai import LedgerDurability
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import FunctionModel
-
-    from agentledger.integrations.pydantic_ai import LedgerDurability
 
     def scripted(messages: list[Any], info: Any) -> ModelResponse:
         done = sum(1 for m in messages if m.kind == "response")
@@ -76,14 +75,13 @@ def pydantic_ai_case(tools: int) -> Case:
 
 def openai_agents_case(tools: int) -> Case:
     _import_openai_agents()
+    from agents import Agent, Model, ModelResponse, Runner, Usage, function_tool
+    from intentledger.integrations.openai_agents import journalled
     from openai.types.responses import (
         ResponseFunctionToolCall,
         ResponseOutputMessage,
         ResponseOutputText,
     )
-
-    from agentledger.integrations.openai_agents import journalled
-    from agents import Agent, Model, ModelResponse, Runner, Usage, function_tool  # type: ignore[attr-defined]
 
     class Scripted(Model):  # type: ignore[misc]
         async def get_response(
@@ -123,14 +121,13 @@ def openai_agents_case(tools: int) -> Case:
 
 
 def langgraph_case(tools: int) -> Case:
+    from intentledger.integrations.langgraph import journalled_model, journalled_tool_node
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage, ToolMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
     from langchain_core.tools import tool
     from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
-
-    from agentledger.integrations.langgraph import journalled_model, journalled_tool_node
 
     class Scripted(BaseChatModel):
         @property
@@ -232,7 +229,7 @@ def measure_mcp(url: str, token: str, calls: int) -> dict[str, Any]:
         command=sys.executable,
         args=[
             "-m",
-            "agentledger",
+            "intentledger",
             "mcp",
             "proxy",
             "--upstream",
@@ -242,7 +239,7 @@ def measure_mcp(url: str, token: str, calls: int) -> dict[str, Any]:
             "--run",
             f"mcp-{uuid.uuid4().hex}",
         ],
-        env={**env, "LEDGER_URL": url, "LEDGER_TOKEN": token},
+        env={**env, "INTENTLEDGER_URL": url, "INTENTLEDGER_TOKEN": token},
         cwd=ROOT,
     )
     plain = asyncio.run(mcp_calls(direct, calls))
@@ -264,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     steps = 2 * args.tools + 1
 
-    from agentledger import Ledger
+    from intentledger import Ledger
 
     stack.migrate_bench_db()
     token = stack.worker_token()

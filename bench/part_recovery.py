@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -85,10 +86,11 @@ def run(ctx: Ctx, base_url: str) -> None:
 def _restart(ctx: Ctx, base_url: str) -> None:
     """New worker process start → step 13 executing, through the SDK (when it has landed)."""
     tree = stack.tree()
-    if not (tree / "agentledger" / "_run.py").exists():
+    sdk = tree / "sdk" / "src"
+    if not (sdk / "intentledger" / "_run.py").exists():
         ctx.results.note(
             "recovery",
-            "- whole restart: the SDK (`agentledger/`) has not landed at the measured commit.",
+            "- whole restart: the SDK (`sdk/src/intentledger/`) has not landed at the measured commit.",
         )
         return
     res = ctx.results
@@ -101,11 +103,11 @@ def _restart(ctx: Ctx, base_url: str) -> None:
             baseline="fsync'd INSERT + COMMIT (unit)",
         )
     )
-    import_fig = res.add(Figure("  of which `import agentledger`", "ms"))
+    import_fig = res.add(Figure("  of which `import intentledger`", "ms"))
     interp_fig = res.add(Figure("  of which interpreter start (python -c pass)", "ms"))
     reps, per_rep = ctx.size["reps"], ctx.size["restart_reps"]
     ctx.log(f"recovery: whole restart through the SDK, {reps} × {per_rep}")
-    env = stack.project_env(PYTHONPATH=str(tree))
+    env = stack.project_env(PYTHONPATH=os.pathsep.join([str(sdk), str(tree)]))
     script = str(ROOT / "bench" / "restart_agent.py")
     for _ in range(reps):
         samples, imports, interps = [], [], []

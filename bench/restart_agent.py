@@ -3,11 +3,11 @@
     python bench/restart_agent.py crash  URL TOKEN EXTERNAL_ID   # steps 0..12, then dies hard
     python bench/restart_agent.py resume URL TOKEN EXTERNAL_ID   # prints when step 13 executes
 
-Run by path with PYTHONPATH at the measured tree, so `agentledger` is the measured SDK.
+Run by path with PYTHONPATH at the measured tree, so `intentledger` is the measured SDK.
 
 Both use the worker SDK exactly as an agent author would, with the same worker name (a pod
 restarted under its identity), so the new process recovers the run at once instead of waiting
-for the old lease to expire. Imports are timed from inside: `import agentledger` is part of
+for the old lease to expire. Imports are timed from inside: `import intentledger` is part of
 the restart. Write steps carry ~10 KB results, like the lease+journal figure.
 """
 
@@ -42,7 +42,7 @@ def main() -> None:
     phase, url, token, external_id = sys.argv[1:5]
     os.environ["BENCH_RESTART_PHASE"] = phase
     t_import = time.time()
-    from agentledger import Ledger
+    from intentledger import Ledger
 
     import_ms = (time.time() - t_import) * 1000
     if phase == "resume":

@@ -6,6 +6,6 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-app = Celery("agentledger")
+app = Celery("intentledger")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

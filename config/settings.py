@@ -32,7 +32,7 @@ def env_int(name: str, default: int) -> int:
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG and not os.environ.get("AGENTLEDGER_ALLOW_INSECURE_KEY"):
+    if not DEBUG and not os.environ.get("INTENTLEDGER_ALLOW_INSECURE_KEY"):
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
     SECRET_KEY = "insecure-local-only-key-do-not-use-in-production"  # noqa: S105
 ALLOWED_HOSTS = [
@@ -56,7 +56,7 @@ INSTALLED_APPS = [
     "runs",
     "tools",
     "review",
-    "agents",
+    "support_agent",
     "audit",
     "console",
     "demo",  # scripts/demo's management commands (demo_seed, demo_story); no models
@@ -116,7 +116,7 @@ DATABASES = {
         DATABASE_URL, conn_max_age=DATABASE_CONN_MAX_AGE, conn_health_checks=True
     )
 }
-DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME", "test_agentledger")}
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME", "test_intentledger")}
 # Behind PgBouncer in transaction pooling mode (DATABASE_POOLER=pgbouncer) a client's statements
 # may run on different server connections, so nothing may live in a session: no server-side
 # cursors (a WITH HOLD cursor outlives its transaction); everything else the ledger does is
@@ -335,8 +335,8 @@ LEDGER_TOOL_LOOKUP_TIMEOUT_SECONDS = float(
 LEDGER_KEY_STATE_LOOKUP = os.environ.get(
     "LEDGER_KEY_STATE_LOOKUP", "tools.selectors.key_state_for_recovery"
 )
-LEDGER_URL = os.environ.get("LEDGER_URL", "http://127.0.0.1:8000")
-LEDGER_TOKEN = os.environ.get("LEDGER_TOKEN", "")
+INTENTLEDGER_URL = os.environ.get("INTENTLEDGER_URL", "http://127.0.0.1:8000")
+INTENTLEDGER_TOKEN = os.environ.get("INTENTLEDGER_TOKEN", "")
 
 # LOG_FORMAT=json: one JSON object a line, with run_id and step_index when the line is written
 # while a run's request is answered (console.logs)

@@ -1,17 +1,17 @@
 """`GET /metrics`: Prometheus text format, behind a bearer token (`METRICS_TOKEN`).
 
-Two sources. The hot calls' latency histogram (`agentledger_step_call_seconds{call, code}`,
+Two sources. The hot calls' latency histogram (`intentledger_step_call_seconds{call, code}`,
 runs.observe) lives in each process; under gunicorn set `PROMETHEUS_MULTIPROC_DIR` so the
 workers' samples are merged (prometheus_client's multiprocess mode). Everything else is read from
 the database at scrape time by `LedgerCollector`, so any web process answers the same numbers:
 
-- `agentledger_runs{status}`: runs per status (gauge);
-- `agentledger_steps_total`, `agentledger_tokens_total`, `agentledger_recoveries_total`,
-  `agentledger_cost_usd_total` by agent;
-- `agentledger_duplicates_prevented_total{kind}`: steps replayed from the journal by recoveries,
-  and keys reconciled from the tool side; `agentledger_lease_expiries_total`;
-- `agentledger_review_queue_depth` and `agentledger_review_queue_oldest_age_seconds`;
-- `agentledger_chain_alerts_open`: chains the checkpoint job found broken and nobody acknowledged.
+- `intentledger_runs{status}`: runs per status (gauge);
+- `intentledger_steps_total`, `intentledger_tokens_total`, `intentledger_recoveries_total`,
+  `intentledger_cost_usd_total` by agent;
+- `intentledger_duplicates_prevented_total{kind}`: steps replayed from the journal by recoveries,
+  and keys reconciled from the tool side; `intentledger_lease_expiries_total`;
+- `intentledger_review_queue_depth` and `intentledger_review_queue_oldest_age_seconds`;
+- `intentledger_chain_alerts_open`: chains the checkpoint job found broken and nobody acknowledged.
 
 Cost: one grouped scan of runs_run and one of the three event types per scrape (about a second
 at a million runs with ten million events here; scrape every 30 s or more on big tables, or move
@@ -71,23 +71,23 @@ class LedgerCollector(Collector):
             )
             reconciled, replayed, expiries = cursor.fetchone() or (0, 0, 0)
 
-        runs = GaugeMetricFamily("agentledger_runs", "Runs by status.", labels=["status"])
+        runs = GaugeMetricFamily("intentledger_runs", "Runs by status.", labels=["status"])
         for status in RunStatus.values:
             runs.add_metric([status], int(by_status.get(status, 0)))
         yield runs
         steps = CounterMetricFamily(
-            "agentledger_steps", "Steps journalled, by agent.", labels=["agent"]
+            "intentledger_steps", "Steps journalled, by agent.", labels=["agent"]
         )
         tokens = CounterMetricFamily(
-            "agentledger_tokens", "Tokens spent (input + output), by agent.", labels=["agent"]
+            "intentledger_tokens", "Tokens spent (input + output), by agent.", labels=["agent"]
         )
         recoveries = CounterMetricFamily(
-            "agentledger_recoveries",
+            "intentledger_recoveries",
             "Recoveries (leases after a lost one), by agent.",
             labels=["agent"],
         )
         cost = CounterMetricFamily(
-            "agentledger_cost_usd", "Cost in US dollars, by agent.", labels=["agent"]
+            "intentledger_cost_usd", "Cost in US dollars, by agent.", labels=["agent"]
         )
         for agent, n_steps, n_tokens, n_recoveries, usd in by_agent:
             steps.add_metric([agent], int(n_steps or 0))
@@ -96,7 +96,7 @@ class LedgerCollector(Collector):
             cost.add_metric([agent], float(usd or 0))
         yield from (steps, tokens, recoveries, cost)
         duplicates = CounterMetricFamily(
-            "agentledger_duplicates_prevented",
+            "intentledger_duplicates_prevented",
             "Work not done twice: steps replayed from the journal, keys reconciled from the tool side.",
             labels=["kind"],
         )
@@ -104,10 +104,10 @@ class LedgerCollector(Collector):
         duplicates.add_metric([EventType.RECONCILED], int(reconciled))
         yield duplicates
         yield CounterMetricFamily(
-            "agentledger_lease_expiries", "Leases the reaper found expired.", value=int(expiries)
+            "intentledger_lease_expiries", "Leases the reaper found expired.", value=int(expiries)
         )
         yield GaugeMetricFamily(
-            "agentledger_review_queue_depth",
+            "intentledger_review_queue_depth",
             "Items waiting for a supervisor (unknown steps and crash-looped runs).",
             value=waiting_count(),
         )
@@ -118,12 +118,12 @@ class LedgerCollector(Collector):
             .first()
         )
         yield GaugeMetricFamily(
-            "agentledger_review_queue_oldest_age_seconds",
+            "intentledger_review_queue_oldest_age_seconds",
             "Age of the oldest unknown step (0 when the queue is empty).",
             value=(clock.now() - oldest).total_seconds() if oldest else 0.0,
         )
         yield GaugeMetricFamily(
-            "agentledger_chain_alerts_open",
+            "intentledger_chain_alerts_open",
             "Chain verification failures found by the checkpoint job and not acknowledged.",
             value=ChainAlert.objects.filter(acknowledged_at__isnull=True).count(),
         )

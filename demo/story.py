@@ -5,7 +5,7 @@ stopped by its token budget. Then a summary read back from the database and the 
 
 Told by `manage.py demo_story`, a process of the demo's Procfile, once the web server answers.
 Runs go through the same paths a deployment uses: the Celery task `agents.run_agent` for the ordinary
-ones, and the agent's CLI (`python -m agents.support`) as stand-alone worker processes ("pods")
+ones, and the agent's CLI (`python -m support_agent.support`) as stand-alone worker processes ("pods")
 for the ones whose process gets killed. Nothing is simulated.
 """
 
@@ -28,9 +28,9 @@ from django.db import connections
 from django.db.models import Sum
 
 import config.celery  # noqa: F401 (the Celery app, configured from settings)
-from agents.services import agent_run_start
 from runs.constants import LIVE_STATUSES, Effect, EventType, StepState
 from runs.models import Event, Run, Step
+from support_agent.services import agent_run_start
 from tools.models import OutboundEmail
 from tools.models import Ticket as TicketRow
 
@@ -39,8 +39,8 @@ STATE = ROOT / ".demo"
 RUN_TIMEOUT_SECONDS = 240.0
 EVICT_AFTER_STEP = 12
 # the story's pods get their crash points and recovery timing through the agent's step hooks
-# (agents/hooks.py); the agent itself has none
-CRASH_HOOKS = {"AGENT_HOOKS": "agents.crash_points"}
+# (support_agent/hooks.py); the agent itself has none
+CRASH_HOOKS = {"AGENT_HOOKS": "support_agent.crash_points"}
 POD_LEASE_TTL = 15
 
 # A pasted log: the customer's ticket is long enough that answering it would cost more tokens
@@ -146,7 +146,7 @@ def pod_argv(tid: str, ticket: Ticket, *, worker: str, email_enforced_by: str) -
     return [
         sys.executable,
         "-m",
-        "agents.support",
+        "support_agent.support",
         "--ticket",
         tid,
         "--customer",
@@ -254,7 +254,7 @@ def killed_and_replaced(
     crash: dict[str, str],
     where: str,
 ) -> None:
-    """A pod killed (SIGKILL) at the crash point `crash` arms (agents/crash_points.py), then its
+    """A pod killed (SIGKILL) at the crash point `crash` arms (support_agent/crash_points.py), then its
     replacement, started at once with the same arguments and no crash point armed."""
     tid = ticket_id(story.round_no, ticket)
     env = {**env, **CRASH_HOOKS}
@@ -475,7 +475,7 @@ def run_story(*, url: str, started: float, no_story: bool = False) -> None:
     if no_story:
         return
 
-    env = {**os.environ, "LEDGER_URL": url}
+    env = {**os.environ, "INTENTLEDGER_URL": url}
     story = Story(round_no=next_round(), url=url)
     tickets = story_tickets(story.round_no)
     by_role = {t.role: t for t in tickets}

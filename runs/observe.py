@@ -1,7 +1,7 @@
 """What the hot worker calls tell the outside: a latency histogram per call, and log context.
 
 `step_call` wraps one hot call (runs.hotpath.answer): it times it into
-`agentledger_step_call_seconds{call, code}` and puts `run_id` / `step_index` into a context
+`intentledger_step_call_seconds{call, code}` and puts `run_id` / `step_index` into a context
 variable that the JSON log formatter (console.logs, `LOG_FORMAT=json`) adds to every record
 written while the call runs. Django-free apart from nothing: prometheus_client and the stdlib.
 """
@@ -15,17 +15,19 @@ from typing import Any
 
 from prometheus_client import Histogram
 
-logger = logging.getLogger("agentledger.calls")
+logger = logging.getLogger("intentledger.calls")
 
 STEP_CALL_SECONDS = Histogram(
-    "agentledger_step_call_seconds",
+    "intentledger_step_call_seconds",
     "Time the ledger spent answering one hot worker call (lean path), by call and answer code.",
     ["call", "code"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
 
 # {"run_id": "...", "step_index": 3}: read by console.logs.JsonFormatter
-log_context: ContextVar[dict[str, Any] | None] = ContextVar("agentledger_log_context", default=None)
+log_context: ContextVar[dict[str, Any] | None] = ContextVar(
+    "intentledger_log_context", default=None
+)
 
 
 class CallOutcome:

@@ -1,4 +1,6 @@
-# Shared set-up for scripts/demo and scripts/test: a Python >= 3.12 virtualenv with the project installed.
+# Shared set-up for scripts/demo and scripts/test: a Python >= 3.12 virtualenv with the server's
+# dependencies and the worker SDK (sdk/, editable) installed. The server's own apps are not
+# installed: they run from this folder.
 # Sourced, not run. Idempotent: a second call reuses the virtualenv and installs nothing.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,10 +34,10 @@ ensure_venv() {
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
     fi
     stamp="$VENV/.installed-$extras"
-    want="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+    want="$(cat "$ROOT/pyproject.toml" "$ROOT/sdk/pyproject.toml" "$ROOT/sdk/VERSION" | sha256sum | cut -d' ' -f1)"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "==> installing the project [$extras] into .venv"
-        "$VENV/bin/python" -m pip install --quiet -e "$ROOT[$extras]"
+        "$VENV/bin/python" -m pip install --quiet -e "$ROOT/sdk" "$ROOT[$extras]"
         echo "$want" >"$stamp"
     fi
 }

@@ -92,8 +92,8 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 
 # one Chromium for the whole session: Playwright's sync API allows one per thread
 # the agents' real stack (fixed ports): registered once here, shared by every suite that uses it
-from tests.agents.fixtures import agent_ledger_url, desk, smtp_sink  # noqa: E402, F401
 from tests.review.browser import browser, page_pool  # noqa: E402, F401  (browser: a fixture)
+from tests.support_agent.fixtures import agent_ledger_url, desk, smtp_sink  # noqa: E402, F401
 
 
 @pytest.fixture(scope="session")
@@ -350,9 +350,9 @@ settings.DASHBOARD_POLL_SECONDS = settings.DASHBOARD_LIVE_RUN_POLL_SECONDS = 1
 settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 # every agent process the tests start (and the agent in this process) gets the crash points and
-# recovery timing the demo story uses too (agents/crash_points.py) through the agent's step hooks;
+# recovery timing the demo story uses too (support_agent/crash_points.py) through the agent's step hooks;
 # they fire only when armed (AGENT_CRASH_* / AGENT_STOP_BEFORE_STEP in that process's environment)
-os.environ.setdefault("AGENT_HOOKS", "agents.crash_points")
+os.environ.setdefault("AGENT_HOOKS", "support_agent.crash_points")
 
 
 def _reseed_migrations_rows(sender: Any, **kwargs: Any) -> None:

@@ -57,7 +57,7 @@ def capacity() -> int:
     return max(PROCESS_TEST, budget() - BASE * workers())
 
 
-RUN_VARIABLE = "AGENTLEDGER_TEST_RUN"
+RUN_VARIABLE = "INTENTLEDGER_TEST_RUN"
 
 
 def start_run() -> None:
@@ -76,7 +76,7 @@ def _run_name() -> str:
 
 
 def ledger_path() -> Path:
-    return Path(tempfile.gettempdir()) / f"agentledger-tests-pg-connections-{_run_name()}.json"
+    return Path(tempfile.gettempdir()) / f"intentledger-tests-pg-connections-{_run_name()}.json"
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ def redis_db() -> int:
     deadline = time.monotonic() + 600
     while True:
         for db in REDIS_DB_POOL:
-            path = Path(tempfile.gettempdir()) / f"agentledger-tests-redis-db-{db}.lock"
+            path = Path(tempfile.gettempdir()) / f"intentledger-tests-redis-db-{db}.lock"
             handle = open(path, "a")  # noqa: SIM115  (held for the life of the process)
             with suppress(OSError):
                 os.chmod(path, 0o666)  # noqa: S103  (anyone's next session may claim it)
@@ -133,8 +133,7 @@ def wait_for_http(
 ) -> None:
     """Return once `url` answers anything over HTTP; fail early if `proc` exits."""
     import httpx
-
-    from agentledger._http import tls_verification
+    from intentledger._http import tls_verification
 
     deadline = time.monotonic() + timeout
     # one client for every attempt: building one costs more than the attempt itself

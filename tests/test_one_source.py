@@ -20,9 +20,9 @@ from runs.constants import RunStatus
 from runs.vocabulary import BUDGET_LIMITS, EventType, StatusReason
 
 ROOT = Path(__file__).resolve().parents[1]
-# agentledger/ is the worker SDK: httpx-only, it speaks the HTTP contract (run statuses, error
+# sdk/src/intentledger/ is the worker SDK: httpx-only, it speaks the HTTP contract (run statuses, error
 # codes), never event types, and imports nothing of the server; it is searched all the same.
-PRODUCT = ("runs", "tools", "review", "audit", "agents", "agentledger", "config", "console")
+PRODUCT = ("runs", "tools", "review", "audit", "agents", "intentledger", "config", "console")
 VOCABULARY = Path("runs/vocabulary.py")
 
 AMBIGUOUS = set(RunStatus.values) | set(BUDGET_LIMITS)
@@ -179,7 +179,7 @@ TEST_MODULE = re.compile(r"^tests(\.\w+)+$")
 
 def test_product_code_and_the_demo_do_not_reach_into_the_test_tree():
     """A product command (the demo story) once armed its crash points from tests/agent_hooks.py:
-    a checkout without tests/ could not tell the story. The crash points live in agents/ now."""
+    a checkout without tests/ could not tell the story. The crash points live in support_agent/ now."""
     found = []
     for package in (*PRODUCT, "demo"):
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -191,12 +191,12 @@ def test_product_code_and_the_demo_do_not_reach_into_the_test_tree():
 def test_the_test_tree_search_finds_an_import_and_a_module_path():
     source = (
         "import tests.processes\n"
-        "from tests.agents import fixtures\n"
+        "from tests.support_agent import fixtures\n"
         "HOOKS = {'AGENT_HOOKS': 'tests.agent_hooks'}\n"
         "WORDS = 'tests pass'\n"
     )
     assert references_to_the_test_tree(source, "x.py") == [
         "x.py:1: tests.processes",
-        "x.py:2: tests.agents",
+        "x.py:2: tests.support_agent",
         "x.py:3: tests.agent_hooks",
     ]

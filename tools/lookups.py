@@ -58,8 +58,7 @@ def tool_lookup(tool: str, key: str) -> LookupAnswer | None:
 
 def _ask_url(template: str, key: str) -> LookupAnswer:
     import httpx
-
-    from agentledger._http import tls_verification
+    from intentledger._http import tls_verification
 
     url = template.replace("{key}", quote(key, safe=""))
     try:

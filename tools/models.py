@@ -144,7 +144,7 @@ class McpToolMark(models.TextChoices):
 
 
 class McpTool(models.Model):
-    """A tool an `agentledger mcp proxy` found on an upstream MCP server, and what it is.
+    """A tool an `intentledger mcp proxy` found on an upstream MCP server, and what it is.
 
     `read_only_hint` is the upstream's own `readOnlyHint` annotation, as last reported: a hint
     anyone can write, so an admin may overrule it with `mark` (read or write). The proxy treats

@@ -183,7 +183,7 @@ class EmailSendArguments(StrictArguments):
 
 def message_id_for(key: str) -> str:
     """The Message-ID of the email sent under `key`: stable, so receivers can dedupe on it too."""
-    domain = settings.DEFAULT_FROM_EMAIL.rpartition("@")[2] or "agentledger.local"
+    domain = settings.DEFAULT_FROM_EMAIL.rpartition("@")[2] or "intentledger.local"
     return f"<{hashlib.sha256(key.encode('utf-8')).hexdigest()[:40]}@{domain}>"
 
 

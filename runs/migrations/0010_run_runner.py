@@ -1,7 +1,7 @@
 """Runs record who runs them: `celery` (the agents' task) or `external` (their own process).
 
 Existing runs that a Celery worker ever leased (a lease_acquired event whose worker is
-`celery:<node>`, the name agents.tasks.run_agent uses) become `celery`, so the reaper keeps
+`celery:<node>`, the name support_agent.tasks.run_agent uses) become `celery`, so the reaper keeps
 re-dispatching them; every other existing run is `external`.
 """
 

@@ -32,7 +32,7 @@ def test_auditors_and_admins_export(client_for: Callable[[str], Client], group: 
     response = client.post("/audit/exports/", {"format": "jsonl"})
     assert response.status_code == 200
     assert response.streaming
-    assert response["Content-Disposition"].startswith('attachment; filename="agentledger-')
+    assert response["Content-Disposition"].startswith('attachment; filename="intentledger-')
     lines = b"".join(response.streaming_content).splitlines()  # type: ignore[attr-defined]
     assert [json.loads(x)["kind"] for x in lines] == ["header", "run", "run", "run", "trailer"]
     entry = AuditEntry.objects.get(action="export.download")
@@ -131,7 +131,7 @@ def test_a_big_export_runs_as_a_job_with_progress_and_a_download_link(
     export_job_run(job_id=job.pk)  # what the Celery task does
     job.refresh_from_db()
     assert job.status == ExportStatus.DONE and job.done_runs == 8
-    assert job.path.name == f"agentledger-export-{job.pk}.jsonl"
+    assert job.path.name == f"intentledger-export-{job.pk}.jsonl"
     page = client.get(f"/audit/exports/{job.pk}/", headers={"HX-Request": "true"})
     assert page.status_code == 286  # htmx: stop polling
     assert f"/audit/exports/{job.pk}/download".encode() in page.content

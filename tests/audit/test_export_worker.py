@@ -71,7 +71,7 @@ def test_a_bulk_export_runs_on_a_worker_and_the_page_offers_the_download(
     assert job.done_runs == 40
 
     page = client.get(response["Location"])
-    assert b"Download agentledger-export-" in page.content
+    assert b"Download intentledger-export-" in page.content
     download = client.get(f"/audit/exports/{job.pk}/download")
     path = job.path.with_suffix(".copy")
     path.write_bytes(b"".join(download.streaming_content))  # type: ignore[attr-defined]

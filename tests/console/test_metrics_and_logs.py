@@ -52,35 +52,35 @@ def test_a_scrape_parsed_with_prometheus_client_matches_the_database(metrics_tok
 
     for status in RunStatus.values:
         assert (
-            samples["agentledger_runs"][(("status", status),)]
+            samples["intentledger_runs"][(("status", status),)]
             == Run.objects.filter(status=status).count()
         )
-    assert samples["agentledger_runs"][(("status", "cancelled"),)] == 1
+    assert samples["intentledger_runs"][(("status", "cancelled"),)] == 1
     for agent in ("support", "triage", "mailer"):
         runs = Run.objects.filter(agent=agent)
         totals = runs.aggregate(steps=Sum("step_count"), tokens=Sum("used_tokens"))
-        assert samples["agentledger_steps_total"][(("agent", agent),)] == totals["steps"]
-        assert samples["agentledger_tokens_total"][(("agent", agent),)] == totals["tokens"]
-        assert samples["agentledger_recoveries_total"][(("agent", agent),)] == sum(
+        assert samples["intentledger_steps_total"][(("agent", agent),)] == totals["steps"]
+        assert samples["intentledger_tokens_total"][(("agent", agent),)] == totals["tokens"]
+        assert samples["intentledger_recoveries_total"][(("agent", agent),)] == sum(
             runs.values_list("used_recoveries", flat=True)
         )
-    assert samples["agentledger_steps_total"][(("agent", "support"),)] == 20
-    assert samples["agentledger_recoveries_total"][(("agent", "support"),)] == 1
-    assert samples["agentledger_duplicates_prevented_total"][(("kind", "replayed_steps"),)] == 13
-    assert samples["agentledger_duplicates_prevented_total"][(("kind", "reconciled"),)] == 0
+    assert samples["intentledger_steps_total"][(("agent", "support"),)] == 20
+    assert samples["intentledger_recoveries_total"][(("agent", "support"),)] == 1
+    assert samples["intentledger_duplicates_prevented_total"][(("kind", "replayed_steps"),)] == 13
+    assert samples["intentledger_duplicates_prevented_total"][(("kind", "reconciled"),)] == 0
     expiries = Event.objects.filter(type="lease_expired").count()
-    assert samples["agentledger_lease_expiries_total"][()] == expiries == 1
-    assert samples["agentledger_review_queue_depth"][()] == 1
+    assert samples["intentledger_lease_expiries_total"][()] == expiries == 1
+    assert samples["intentledger_review_queue_depth"][()] == 1
     assert Step.objects.filter(state=StepState.UNKNOWN).count() == 1
-    assert samples["agentledger_review_queue_oldest_age_seconds"][()] >= 0
-    assert samples["agentledger_chain_alerts_open"][()] == 0
+    assert samples["intentledger_review_queue_oldest_age_seconds"][()] >= 0
+    assert samples["intentledger_chain_alerts_open"][()] == 0
 
 
 def test_the_hot_calls_are_timed_by_call_and_answer_code(metrics_token: str) -> None:
     _, raw = worker_token_create(name="pod-m")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    before = scrape().get("agentledger_step_call_seconds_count", {})
+    before = scrape().get("intentledger_step_call_seconds_count", {})
     run = api.post("/api/v1/runs/", {"agent": "metered", "input": {}}, format="json").json()
     epoch = api.post(
         f"/api/v1/runs/{run['id']}/lease", {"worker": "w", "ttl_seconds": 30}, format="json"
@@ -106,7 +106,7 @@ def test_the_hot_calls_are_timed_by_call_and_answer_code(metrics_token: str) -> 
     }
     assert api.post(f"/api/v1/runs/{run['id']}/steps/", stale, format="json").status_code == 409
 
-    after = scrape()["agentledger_step_call_seconds_count"]
+    after = scrape()["intentledger_step_call_seconds_count"]
 
     def grew(call: str, code: str) -> float:
         key = (("call", call), ("code", code))
@@ -132,7 +132,7 @@ def test_json_logs_carry_run_id_and_step_index_of_the_call(settings: Any) -> Non
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter())
-    calls = logging.getLogger("agentledger.calls")
+    calls = logging.getLogger("intentledger.calls")
     calls.addHandler(handler)
     previous = calls.level
     calls.setLevel(logging.INFO)

@@ -16,10 +16,10 @@ from review.roles import ADMINS
 from runs.chain import run_chain_breaks
 from runs.constants import EventType, RunStatus
 from runs.models import Event, Run, Step
-from tests.agents.conftest import AgentDesk, effects_for
 from tests.console.browser import shot
 from tests.review.browser import signed_in
 from tests.review.factories import user_in
+from tests.support_agent.conftest import AgentDesk, effects_for
 from tools.models import Ticket
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]

@@ -146,8 +146,8 @@ def demo_env(port: int) -> dict[str, str]:
         not in {
             "DATABASE_URL",
             "CELERY_BROKER_URL",
-            "LEDGER_URL",
-            "LEDGER_TOKEN",
+            "INTENTLEDGER_URL",
+            "INTENTLEDGER_TOKEN",
             "SECRET_KEY",
             "DJANGO_SETTINGS_MODULE",
             "PYTHONPATH",

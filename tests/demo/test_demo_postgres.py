@@ -92,7 +92,7 @@ def test_as_root_the_demo_leaves_the_modes_of_a_checkouts_ancestors_alone(
     url = database_url(embedded(checkout, "start"))
 
     with psycopg.connect(url) as db:
-        assert db.execute("SELECT current_database()").fetchone() == ("agentledger",)
+        assert db.execute("SELECT current_database()").fetchone() == ("intentledger",)
     assert modes(checkout / ".demo") == before
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     embedded(checkout, "stop")

@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agentledger import Ledger, NeedsReview, Run, StepInfo, StopRun, current_run
-from agentledger.integrations import step_key
+from intentledger import Ledger, NeedsReview, Run, StepInfo, StopRun, current_run
+from intentledger.integrations import step_key
 
 NEEDS_REVIEW_EXIT = 3
 # the test gives each agent process its own directory; never the current one (the checkout)

@@ -43,27 +43,27 @@ PRELOADS = {
     "openai_agents_agent": [
         "agents",
         "openai.types.responses",
-        "agentledger.integrations.openai_agents",
+        "intentledger.integrations.openai_agents",
     ],
     "langgraph_agent": [
         "langchain_core.language_models.chat_models",
         "langchain_core.tools",
         "langgraph.graph",
-        "agentledger.integrations.langgraph",
+        "intentledger.integrations.langgraph",
     ],
     "pydantic_ai_agent": [
         "pydantic_ai",
         "pydantic_ai.models.function",
-        "agentledger.integrations.pydantic_ai",
+        "intentledger.integrations.pydantic_ai",
     ],
-    # `python -m agentledger mcp proxy`, which an MCP client starts (through launch.py)
-    "agentledger": ["argparse", "agentledger.integrations.mcp"],
+    # `python -m intentledger mcp proxy`, which an MCP client starts (through launch.py)
+    "intentledger": ["argparse", "intentledger.integrations.mcp"],
     # the proxy tests' upstream server, which the proxy starts (through launch.py): the MCP
     # SDK's server side and its types take 1.5 s of CPU to import
     "mcp_upstream": ["mcp.server", "mcp.server.mcpserver", "mcp_types"],
 }
 # the ones another program starts, through launch.py and a socket, rather than the test itself
-LAUNCHED = frozenset({"agentledger", "mcp_upstream"})
+LAUNCHED = frozenset({"intentledger", "mcp_upstream"})
 
 
 @dataclass
@@ -81,7 +81,6 @@ class Desk:
         if script not in self.pythons:
             env = {k: v for k, v in os.environ.items() if not k.startswith("CRASH_")}
             env.update(PYTHONDONTWRITEBYTECODE="1", OPENAI_AGENTS_DISABLE_TRACING="1")
-            env.pop("PYTHONPATH", None)  # the SDK's `agents` before our Django app's
             socket_path = None
             if script in LAUNCHED:  # a short path: a Unix socket's is at most 107 bytes
                 socket_path = Path(tempfile.mkdtemp(prefix="al-")) / "preloaded.sock"
@@ -109,8 +108,8 @@ class AgentRun:
         front of sys.path (the OpenAI Agents SDK and our Django app are both `agents`)."""
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("CRASH_")}
         full_env.update(
-            LEDGER_URL=self.desk.url,
-            LEDGER_TOKEN=self.desk.token,
+            INTENTLEDGER_URL=self.desk.url,
+            INTENTLEDGER_TOKEN=self.desk.token,
             PYTHONDONTWRITEBYTECODE="1",
             OPENAI_AGENTS_DISABLE_TRACING="1",
             AGENT_NAME=self.agent,

@@ -3,14 +3,14 @@
 import os
 from typing import Any
 
+from intentledger import Run
+from intentledger.integrations.langgraph import journalled_model, journalled_tool_node
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from agentledger import Run
-from agentledger.integrations.langgraph import journalled_model, journalled_tool_node
 from tests.integrations._agent_kit import append_tool, count_model_call, main
 
 ENFORCED_BY = os.environ.get("APPEND_ENFORCED_BY", "nobody")

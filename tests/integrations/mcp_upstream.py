@@ -55,7 +55,7 @@ def append(line: str) -> str:
 def append_keyed(line: str, ctx: Context) -> str:
     """Append a line once per idempotency key (the proxy's `_meta` key), like a keyed API."""
     count("append_keyed")
-    key = (ctx.request_context.meta or {}).get("agentledger/idempotency_key")
+    key = (ctx.request_context.meta or {}).get("intentledger/idempotency_key")
     path = WORK / "effects.txt"
     seen = path.read_text().splitlines() if path.exists() else []
     if f"{line} {key}" not in seen:

@@ -10,19 +10,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# mypy resolves `agents` to this repository's Django app, hence the ignore
+from agents import Agent, Model, ModelResponse, Runner, Usage, function_tool
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
 )
 
-# mypy resolves `agents` to this repository's Django app, hence the ignore
-from agents import Agent, Model, ModelResponse, Runner, Usage, function_tool  # type: ignore[attr-defined]
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from agentledger import Run
-from agentledger.integrations.openai_agents import journalled
+from intentledger import Run
+from intentledger.integrations.openai_agents import journalled
+
 from tests.integrations._agent_kit import append_tool, count_model_call, main
 
 ENFORCED_BY: Any = os.environ.get("APPEND_ENFORCED_BY", "nobody")

@@ -118,7 +118,7 @@ def serve(modules: list[str]) -> None:
 
 def serve_socket(path: str, modules: list[str]) -> None:
     """The same over a Unix socket, for a program that starts its agent itself (an MCP client
-    starting `agentledger mcp proxy`): it starts `launch.py` instead, which hands this process
+    starting `intentledger mcp proxy`): it starts `launch.py` instead, which hands this process
     its stdin, stdout and stderr (SCM_RIGHTS) and exits as the forked child exits."""
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)

@@ -2,13 +2,13 @@
 
 import os
 
+from intentledger import Run
+from intentledger.integrations.pydantic_ai import LedgerDurability
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from agentledger import Run
-from agentledger.integrations.pydantic_ai import LedgerDurability
 from tests.integrations._agent_kit import append_tool, count_model_call, main
 
 ENFORCED_BY = os.environ.get("APPEND_ENFORCED_BY", "nobody")

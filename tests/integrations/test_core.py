@@ -6,9 +6,9 @@ import threading
 import time
 
 import pytest
+from intentledger.integrations import JournalError, _core, step_key
+from intentledger.integrations._core import CallOrder, journalable, tool_effect
 
-from agentledger.integrations import JournalError, _core, step_key
-from agentledger.integrations._core import CallOrder, journalable, tool_effect
 from tests.conftest import ROOT
 
 
@@ -37,7 +37,7 @@ def test_step_key_outside_a_write_tool_is_an_error() -> None:
 
 def test_importing_the_sdk_and_integrations_package_imports_no_framework() -> None:
     code = (
-        "import sys, agentledger, agentledger.integrations; "
+        "import sys, intentledger, intentledger.integrations; "
         "print(sorted(m for m in ('pydantic_ai', 'pydantic', 'agents', 'langgraph', 'mcp', "
         "'httpx') if m in sys.modules))"
     )

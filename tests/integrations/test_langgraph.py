@@ -29,7 +29,8 @@ def test_an_async_graph_is_journalled_and_replayed_the_same_way(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from agentledger import Ledger, Run, StepInfo
+    from intentledger import Ledger, Run, StepInfo
+
     from tests.integrations import _agent_kit
     from tests.integrations.langgraph_agent import SCRIPT, ScriptedChatModel, append, build_graph
     from tests.integrations.langgraph_agent import lookup as lookup_tool
@@ -61,12 +62,11 @@ def test_an_async_graph_is_journalled_and_replayed_the_same_way(
     assert row.status == "completed" and row.output == "Refunded." and row.used_tokens == TOKENS
 
 
-def test_task_functions_journalled_with_agentledger_tool_replay_after_a_crash(
+def test_task_functions_journalled_with_intentledger_tool_replay_after_a_crash(
     ledger_server: str, worker_token: str, transactional_db: Any
 ) -> None:
+    from intentledger import Ledger, tool
     from langgraph.func import entrypoint, task
-
-    from agentledger import Ledger, tool
 
     charged: list[str] = []
 

@@ -1,4 +1,4 @@
-"""`agentledger mcp proxy` in front of a real stdio MCP server: journalled, replayed, reviewed.
+"""`intentledger mcp proxy` in front of a real stdio MCP server: journalled, replayed, reviewed.
 
 The MCP SDK's client is imported by the tests that use it, not at collection: importing it costs
 each pytest worker two seconds of CPU, the fast loop's workers included, which run none of these.
@@ -40,7 +40,7 @@ def proxy_params(
     preloaded: bool = False,
     **env: str,
 ) -> StdioServerParameters:
-    """`python -m agentledger mcp proxy ...`; `preloaded`: forked from the session's interpreter
+    """`python -m intentledger mcp proxy ...`; `preloaded`: forked from the session's interpreter
     that has imported the proxy's MCP SDK (launch.py), for a proxy the test kills by the pid
     the upstream records (a kill of the command itself would end only launch.py). The upstream,
     unless named, is mcp_upstream.py, forked from an interpreter that has imported the MCP SDK's
@@ -63,16 +63,16 @@ def proxy_params(
         *options,
     ]
     command, *args = (
-        run.desk.preloaded("agentledger").launch_argv("agentledger", *proxy)
+        run.desk.preloaded("intentledger").launch_argv("intentledger", *proxy)
         if preloaded
-        else [sys.executable, "-m", "agentledger", *proxy]
+        else [sys.executable, "-m", "intentledger", *proxy]
     )
     return StdioServerParameters(
         command=command,
         args=args,
         env={
-            "LEDGER_URL": run.desk.url,
-            "LEDGER_TOKEN": run.desk.token,
+            "INTENTLEDGER_URL": run.desk.url,
+            "INTENTLEDGER_TOKEN": run.desk.token,
             "WORK_DIR": str(run.work),
             "PYTHONPATH": str(ROOT),
             **env,
@@ -275,7 +275,7 @@ def test_a_client_can_name_another_run_in_meta(desk: Desk) -> None:
     params = proxy_params(session_run)
     proxy = McpLines([params.command, *params.args], params.env or {})
     assert not proxy.call("lookup", {"ticket": "T-1"})["result"].get("isError")
-    answer = proxy.call("append", {"line": "x"}, **{"agentledger/run": named.external_id})
+    answer = proxy.call("append", {"line": "x"}, **{"intentledger/run": named.external_id})
     assert not answer["result"].get("isError")
     assert proxy.close() == 0
     assert list(session_run.row.steps.values_list("name", flat=True)) == ["files/lookup"]

@@ -1,4 +1,4 @@
-"""`agentledger mcp serve`: the ledger's own tools over MCP, each call a step on the gateway."""
+"""`intentledger mcp serve`: the ledger's own tools over MCP, each call a step on the gateway."""
 
 import asyncio
 import os
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def serve(desk: Desk, *args: str) -> McpLines:
-    argv = [sys.executable, "-m", "agentledger", "mcp", "serve", "--worker", "serve-1", *args]
-    return McpLines(argv, {"LEDGER_URL": desk.url, "LEDGER_TOKEN": desk.token})
+    argv = [sys.executable, "-m", "intentledger", "mcp", "serve", "--worker", "serve-1", *args]
+    return McpLines(argv, {"INTENTLEDGER_URL": desk.url, "INTENTLEDGER_TOKEN": desk.token})
 
 
 def ticket_args(customer: str) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def test_the_client_names_the_run_in_meta(desk: Desk) -> None:
     answer = server.call(
         "kb.search",
         {"query": "refund"},
-        **{"agentledger/run": run.external_id, "agentledger/agent": run.agent},
+        **{"intentledger/run": run.external_id, "intentledger/agent": run.agent},
     )
     assert not answer["result"].get("isError")
     assert server.close() == 0
@@ -89,11 +89,11 @@ def test_over_streamable_http_a_call_without_a_run_belongs_to_its_session(desk: 
 
     named = desk.new_run("mcp-http")
     port = free_port()
-    argv = [sys.executable, "-m", "agentledger", "mcp", "serve", "--agent", "mcp-http"]
+    argv = [sys.executable, "-m", "intentledger", "mcp", "serve", "--agent", "mcp-http"]
     server = subprocess.Popen(
         [*argv, "--http", f"127.0.0.1:{port}", "--worker", "http-1"],
         cwd=ROOT,
-        env={**os.environ, "LEDGER_URL": desk.url, "LEDGER_TOKEN": desk.token},
+        env={**os.environ, "INTENTLEDGER_URL": desk.url, "INTENTLEDGER_TOKEN": desk.token},
     )
     customer = f"{named.external_id}@example.com"
 
@@ -103,7 +103,7 @@ def test_over_streamable_http_a_call_without_a_run_belongs_to_its_session(desk: 
             ClientSession(read, write) as session,
         ):
             await session.initialize()
-            names_the_run: Any = {"agentledger/run": named.external_id}
+            names_the_run: Any = {"intentledger/run": named.external_id}
             made = await session.call_tool(
                 "tickets.create", ticket_args(customer), meta=names_the_run
             )

@@ -21,14 +21,13 @@ class Opaque:
 def test_an_argument_the_journal_cannot_store_fails_the_step_before_any_effect(
     ledger_server: str, worker_token: str, transactional_db: Any
 ) -> None:
+    from intentledger import Ledger
+    from intentledger.integrations import JournalError
+    from intentledger.integrations.pydantic_ai import LedgerDurability
     from pydantic import AfterValidator
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelResponse, ToolCallPart
     from pydantic_ai.models.function import FunctionModel
-
-    from agentledger import Ledger
-    from agentledger.integrations import JournalError
-    from agentledger.integrations.pydantic_ai import LedgerDurability
 
     shipped: list[Any] = []
     agent = Agent(
@@ -56,12 +55,11 @@ def test_an_argument_the_journal_cannot_store_fails_the_step_before_any_effect(
 def test_a_tool_that_asked_for_a_retry_replays_the_retry_after_a_crash(
     ledger_server: str, worker_token: str, transactional_db: Any
 ) -> None:
+    from intentledger import Ledger, Run, StepInfo
+    from intentledger.integrations.pydantic_ai import LedgerDurability
     from pydantic_ai import Agent, ModelRetry
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import FunctionModel
-
-    from agentledger import Ledger, Run, StepInfo
-    from agentledger.integrations.pydantic_ai import LedgerDurability
 
     model_calls: list[int] = []
     attempts: list[str] = []

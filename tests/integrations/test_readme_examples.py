@@ -47,16 +47,18 @@ def test_pydantic_ai_example(ledger_server: str, worker_token: str, transactiona
 def test_openai_agents_example(
     ledger_server: str, worker_token: str, transactional_db: Any, tmp_path: Path
 ) -> None:
-    # as an agent author runs it: a file of its own in a directory of its own (not this
-    # checkout's root, whose Django app `agents` would shadow the SDK's `agents`)
+    # as an agent author runs it, from this checkout's root: no module of ours is called `agents`
     code = readme_example("### OpenAI Agents SDK").replace("http://ledger:8000", ledger_server)
     assert len(code.strip().splitlines()) <= 24
     example = tmp_path / "example.py"
     example.write_text(f"token = {worker_token!r}\n{code}")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
+    env = {**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, str(example)], cwd=tmp_path, env=env, capture_output=True, text=True
+        [sys.executable, "-c", f"exec(open({str(example)!r}).read())"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
     run = Run.objects.get(agent="refunds-openai", external_id="order-A-1")
@@ -109,10 +111,12 @@ def test_mcp_proxy_example(
     upstream = ROOT / "tests" / "integrations" / "mcp_upstream.py"
     code = code.replace("python files_server.py", f"{sys.executable} {upstream}")
     code = code.replace(
-        'command="agentledger",\n    args=["mcp",',
-        f'command={sys.executable!r}, cwd={str(ROOT)!r},\n    args=["-m", "agentledger", "mcp",',
+        'command="intentledger",\n    args=["mcp",',
+        f'command={sys.executable!r}, cwd={str(ROOT)!r},\n    args=["-m", "intentledger", "mcp",',
     )
-    code = code.replace('env={"LEDGER_URL"', f'env={{"WORK_DIR": {str(tmp_path)!r}, "LEDGER_URL"')
+    code = code.replace(
+        'env={"INTENTLEDGER_URL"', f'env={{"WORK_DIR": {str(tmp_path)!r}, "INTENTLEDGER_URL"'
+    )
     exec(compile(code, "README.md", "exec"), {"token": worker_token})  # noqa: S102
     run = Run.objects.get(agent="desk", external_id="ticket-42")
     assert run.status == "completed"

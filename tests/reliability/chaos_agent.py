@@ -2,7 +2,7 @@
 
     CHAOS_ACK_LOG=/tmp/acks.jsonl python -m tests.reliability.chaos_agent --ticket T-1 ...
 
-Takes exactly the arguments of `python -m agents.support`. After each step the ledger answered
+Takes exactly the arguments of `python -m support_agent.support`. After each step the ledger answered
 (the SDK's on_step callback, which runs after the journal write returned), one JSON line
 {run_id, index, name, state, replayed} is appended to $CHAOS_ACK_LOG and flushed to the kernel,
 so it survives the SIGKILL that may come a microsecond later. The chaos test then checks that
@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-import agents.support as support
+import support_agent.support as support
 
 _journalled = support._after_step
 

@@ -126,8 +126,8 @@ def celery_worker(
         env = {
             "CELERY_BROKER_URL": private_redis.url,
             "CELERY_VISIBILITY_TIMEOUT": "15",
-            "LEDGER_URL": mail_stack.url,
-            "LEDGER_TOKEN": mail_stack.token,
+            "INTENTLEDGER_URL": mail_stack.url,
+            "INTENTLEDGER_TOKEN": mail_stack.token,
             "AGENT_LEASE_TTL": "6",
             "EMAIL_HOST": "127.0.0.1",
             "EMAIL_PORT": str(mail_stack.smtp_port),
@@ -159,8 +159,8 @@ def test_broker_killed_and_restarted_while_agents_run_as_tasks_loses_nothing(
     celery_app_on: Any,
     celery_worker: Callable[[], subprocess.Popen[bytes]],
 ) -> None:
-    from agents.support import ticket_input
-    from agents.tasks import run_agent
+    from support_agent.support import ticket_input
+    from support_agent.tasks import run_agent
     from tools.models import OutboundEmail, Ticket
 
     worker = celery_worker()

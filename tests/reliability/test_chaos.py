@@ -58,8 +58,8 @@ def _start(stack: Stack, slot: Slot, worker: str, **extra_env: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_CRASH", "AGENT_STOP"))}
     env.update(
         {
-            "LEDGER_URL": stack.url,
-            "LEDGER_TOKEN": stack.token,
+            "INTENTLEDGER_URL": stack.url,
+            "INTENTLEDGER_TOKEN": stack.token,
             "EMAIL_HOST": "127.0.0.1",
             "EMAIL_PORT": str(stack.smtp_port),
             "CHAOS_ACK_LOG": str(_ack_log(stack, slot)),

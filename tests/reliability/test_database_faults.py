@@ -280,12 +280,20 @@ def test_while_the_database_is_away_the_api_answers_503_then_recovers_and_runs_c
 def _start_agent(stack: Stack, ticket: str, customer: str, worker: str) -> subprocess.Popen[str]:
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("AGENT_CRASH", "AGENT_STOP"))},
-        "LEDGER_URL": stack.url,
-        "LEDGER_TOKEN": stack.token,
+        "INTENTLEDGER_URL": stack.url,
+        "INTENTLEDGER_TOKEN": stack.token,
         "EMAIL_HOST": "127.0.0.1",
         "EMAIL_PORT": str(stack.smtp_port),
     }
-    argv = [sys.executable, "-m", "agents.support", "--ticket", ticket, "--customer", customer]
+    argv = [
+        sys.executable,
+        "-m",
+        "support_agent.support",
+        "--ticket",
+        ticket,
+        "--customer",
+        customer,
+    ]
     argv += ["--subject", "Charged twice", "--body", "Please refund one charge."]
     argv += ["--worker", worker]
     return subprocess.Popen(

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from agents.services import agent_run_start
 from runs import services
 from runs.models import Event, Run
 from runs.signals import run_resumable
+from support_agent.services import agent_run_start
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.django_db(transaction=True)  # on_commit offers must fire
@@ -31,12 +31,12 @@ def offered() -> Iterator[list[tuple[str, str]]]:
 @pytest.fixture
 def no_celery(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The agents app's receiver would enqueue a task; here only the offers are counted."""
-    from agents.apps import redispatch_resumable_run
+    from support_agent.apps import redispatch_resumable_run
 
-    monkeypatch.setattr("agents.tasks.run_agent.delay_on_commit", lambda *a, **k: None)
-    run_resumable.disconnect(dispatch_uid="agents.redispatch")
+    monkeypatch.setattr("support_agent.tasks.run_agent.delay_on_commit", lambda *a, **k: None)
+    run_resumable.disconnect(dispatch_uid="support_agent.redispatch")
     yield
-    run_resumable.connect(redispatch_resumable_run, dispatch_uid="agents.redispatch")
+    run_resumable.connect(redispatch_resumable_run, dispatch_uid="support_agent.redispatch")
 
 
 def test_a_run_made_through_the_api_is_external_and_one_started_for_celery_is_celery(

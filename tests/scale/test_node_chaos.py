@@ -12,7 +12,7 @@ by the test while it waits, as beat would call them. The counts of runs, steps a
 the kill and at the end are printed (`-s` shows them).
 
 Isolation: Redis DB 8 (no other suite uses it), OS-assigned ports for the web nodes and the
-balancer, the session's SMTP sink of tests/agents/fixtures.py.
+balancer, the session's SMTP sink of tests/support_agent/fixtures.py.
 """
 
 import os
@@ -26,20 +26,20 @@ import pytest
 import redis
 from django.db.models import QuerySet
 
-from agents.services import agent_run_start
-from agents.support import ticket_input
 from runs.chain import run_chain_breaks
 from runs.constants import StepState
 from runs.models import Event, Run, Step
 from runs.services import runs_reap_expired_leases, runs_redispatch_idle
 from runs.vocabulary import EventType
-from tests.agents.fixtures import (
+from support_agent.services import agent_run_start
+from support_agent.support import ticket_input
+from tests.processes import celery_app_on, gunicorn_process, redis_url, stop_celery_worker
+from tests.scale.helpers import RoundRobinBalancer
+from tests.support_agent.fixtures import (
     SmtpSink,
     celery_worker_start,
     support_desk_token,
 )
-from tests.processes import celery_app_on, gunicorn_process, redis_url, stop_celery_worker
-from tests.scale.helpers import RoundRobinBalancer
 from tools.models import IdempotencyKey, KeyStatus, OutboundEmail, Ticket
 
 # two web nodes of 8 threads and two Celery nodes, each thread and process with its connection

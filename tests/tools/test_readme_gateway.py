@@ -42,7 +42,7 @@ def test_the_readme_curl_example_runs_one_call_step_and_shows_the_refusal(
     assert "Content-Type: application/json" in script
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
-        env={**os.environ, "LEDGER_URL": tools_server, "LEDGER_TOKEN": worker_token},
+        env={**os.environ, "INTENTLEDGER_URL": tools_server, "INTENTLEDGER_TOKEN": worker_token},
         capture_output=True,
         text=True,
         timeout=60,

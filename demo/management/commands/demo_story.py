@@ -17,7 +17,7 @@ class Command(BaseCommand):
         "support-agent runs through the Celery worker, one whose worker process is SIGKILLed "
         "after step 12 and recovers, one killed inside email.send (it waits in the review "
         "queue as 'maybe sent'), one stopped by its token budget; then a summary read back from "
-        "the database. Needs LEDGER_TOKEN (a worker token) and the demo's mail catcher."
+        "the database. Needs INTENTLEDGER_TOKEN (a worker token) and the demo's mail catcher."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -1,0 +1,49 @@
+"""Agent Ledger worker SDK: journal an agent's steps so a crash resumes instead of redoing.
+
+    from intentledger import Ledger
+    ledger = Ledger("http://ledger:8000", token)
+    with ledger.run("support", {"ticket": 42}, external_id="ticket-42") as run:
+        hits = run.tool("kb.search", {"query": "refund"}, effect="read")
+        run.tool("email.send", {"to": "a@b.example", "subject": "Hi", "body": "..."})
+        run.output = {"ok": True}
+
+Django-free; depends on httpx only (imported when the first Ledger is built).
+"""
+
+from intentledger._ledger import Ledger
+from intentledger._run import Run, StepInfo, current_run
+from intentledger._tool import tool
+from intentledger.errors import (
+    ApprovalDenied,
+    ApprovalPending,
+    BudgetExceeded,
+    LeaseHeld,
+    LedgerError,
+    LedgerUnavailable,
+    NeedsReview,
+    NondeterminismError,
+    RunFinished,
+    StaleLease,
+    StepFailed,
+    StopRun,
+)
+
+__all__ = [
+    "ApprovalDenied",
+    "ApprovalPending",
+    "BudgetExceeded",
+    "LeaseHeld",
+    "Ledger",
+    "LedgerError",
+    "LedgerUnavailable",
+    "NeedsReview",
+    "NondeterminismError",
+    "Run",
+    "RunFinished",
+    "StaleLease",
+    "StepFailed",
+    "StepInfo",
+    "StopRun",
+    "current_run",
+    "tool",
+]

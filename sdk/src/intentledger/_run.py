@@ -1,0 +1,667 @@
+"""A run under lease: every step journalled, replayed from the journal after a crash."""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+from intentledger.errors import (
+    ApprovalDenied,
+    ApprovalPending,
+    LedgerError,
+    LedgerUnavailable,
+    NeedsReview,
+    NondeterminismError,
+    RunFinished,
+    StaleLease,
+    StepFailed,
+    StopRun,
+)
+
+if TYPE_CHECKING:
+    from intentledger._ledger import Ledger
+
+logger = logging.getLogger("intentledger")
+
+Effect = Literal["read", "write"]
+EnforcedBy = Literal["ledger", "tool", "nobody"]
+
+_current: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
+    "intentledger_run", default=None
+)
+# how long to wait for a gateway key another execution still holds (409 idempotency_in_progress)
+IN_PROGRESS_WAIT_SECONDS = 30.0
+# one long poll for an approval decision (the server answers at once when people decide)
+APPROVAL_POLL_SECONDS = 25
+# 502 from the gateway is the tool's own stored failure (`tool_failed`), not an outage
+GATEWAY_RETRY_STATUSES = frozenset({500, 503, 504})
+TOOL_REFUSAL_STATUSES = frozenset({400, 404, 409, 502})
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What `on_step` callbacks see after each step: `replayed` means it did not execute."""
+
+    index: int
+    name: str
+    kind: str
+    effect: str
+    state: str
+    replayed: bool
+
+
+def current_run() -> Run:
+    """The run whose `with` block is active in this thread (used by the `@tool` decorator)."""
+    run = _current.get()
+    if run is None:
+        raise RuntimeError("No active run: call journalled tools inside `with ledger.run(...)`.")
+    return run
+
+
+def _normalized(value: Any, what: str) -> Any:
+    """The value as the journal will hand it back (JSON round trip), so replay sees the same."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must be JSON-serialisable: {exc}") from exc
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _usage_of(result: Any) -> dict[str, Any]:
+    usage = result.get("usage") if isinstance(result, dict) else None
+    if not isinstance(usage, dict):
+        return {"input_tokens": 0, "output_tokens": 0}
+    out: dict[str, Any] = {
+        "input_tokens": int(usage.get("input_tokens", usage.get("prompt_tokens", 0)) or 0),
+        "output_tokens": int(usage.get("output_tokens", usage.get("completion_tokens", 0)) or 0),
+    }
+    if usage.get("cost_usd") is not None:
+        out["cost_usd"] = str(usage["cost_usd"])
+    return out
+
+
+def _accepts_key(fn: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "idempotency_key" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
+def _still_executing(error: LedgerError, waited_since: float) -> bool:
+    """Whether a 409 `idempotency_in_progress` is worth waiting out: not once the server calls
+    the key's lock stale (`details.stale`: its execution was lost, and only a supervisor's retry
+    frees the key), and not past IN_PROGRESS_WAIT_SECONDS."""
+    if error.details.get("stale") is True:
+        return False
+    return time.monotonic() - waited_since < IN_PROGRESS_WAIT_SECONDS
+
+
+class Run:
+    """Use as `with ledger.run(...) as run:`; set `run.output` before the block ends.
+
+    On a clean exit the run is completed with `run.output`. An exception fails it, except the
+    ones that mean "stop, someone else decides" (StaleLease, NeedsReview, BudgetExceeded,
+    RunFinished), a non-determinism (left for recovery, then review) and an unreachable ledger:
+    those write nothing and propagate.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        agent: str | None,
+        input: Any,
+        external_id: str | None,
+        run_id: str | None,
+        worker: str,
+        ttl_seconds: int,
+        on_step: Callable[[Run, StepInfo], None] | None,
+        wait_for_approval: bool = True,
+    ) -> None:
+        if not 5 <= ttl_seconds <= 600:
+            raise ValueError("ttl_seconds must be between 5 and 600")
+        self._ledger = ledger
+        self._http = ledger._transport
+        self.agent = agent
+        self.input = input
+        self.external_id = external_id
+        self.id: str = run_id or ""
+        self.worker = worker
+        self.ttl_seconds = ttl_seconds
+        self.on_step = on_step
+        self.wait_for_approval = wait_for_approval
+        self.output: Any = None
+        self.epoch = 0
+        self.recovered = False
+        self.info: dict[str, Any] = {}
+        self.journal: dict[int, dict[str, Any]] = {}
+        self.replayed = 0
+        self.executed = 0
+        self.lease_seconds = 0.0  # how long the last lease call (with its journal) took
+        self._next = 0
+        self._stopped: StopRun | None = None
+        self._lease_deadline = 0.0
+        self._lock = threading.Lock()
+        self._heartbeat_stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._token: contextvars.Token[Run | None] | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> Run:
+        if not self.id:
+            assert self.agent is not None
+            body = {"agent": self.agent, "input": self.input, "external_id": self.external_id}
+            created = self._http.request(
+                "POST", "/api/v1/runs/", json=body, idempotent=self.external_id is not None
+            ).body
+            self.id = created["id"]
+        self.lease()
+        self._token = _current.set(self)
+        self._heartbeat = threading.Thread(
+            target=self._beat, name=f"intentledger-heartbeat-{self.id[:8]}", daemon=True
+        )
+        self._heartbeat.start()
+        return self
+
+    def lease(self) -> dict[str, Any]:
+        """Acquire the lease: a new epoch fences earlier holders; returns the grant."""
+        sent = time.monotonic()
+        grant = self._http.request(
+            "POST",
+            f"/api/v1/runs/{self.id}/lease",
+            json={"worker": self.worker, "ttl_seconds": self.ttl_seconds},
+        ).body
+        self.lease_seconds = time.monotonic() - sent
+        self._lease_deadline = sent + self.ttl_seconds
+        self.epoch = int(grant["epoch"])
+        self.recovered = bool(grant.get("recovered"))
+        self.info = grant["run"]
+        self.agent = self.info["agent"]
+        self.input = self.info["input"]
+        self.journal = {int(step["index"]): step for step in grant["journal"]}
+        self._next = 0
+        self._stopped = None
+        return dict(grant)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._heartbeat_stop.set()
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
+        if self._stopped is not None and exc is None:
+            raise self._stopped
+        if exc is None:
+            self.info = self._write(
+                f"/api/v1/runs/{self.id}/complete", {"epoch": self.epoch, "output": self.output}
+            )
+        elif isinstance(exc, Exception) and not isinstance(
+            exc, StopRun | NondeterminismError | LedgerUnavailable
+        ):
+            error = {"type": type(exc).__name__, "message": str(exc)[:2000]}
+            try:
+                self.info = self._write(
+                    f"/api/v1/runs/{self.id}/fail", {"epoch": self.epoch, "error": error}
+                )
+            except LedgerError as fail_error:
+                logger.warning("could not record the failure of run %s: %s", self.id, fail_error)
+
+    # --- the public step calls ------------------------------------------------------------
+
+    @property
+    def next_index(self) -> int:
+        """The index the next step will get (replayed or new)."""
+        return self._next
+
+    @property
+    def budget(self) -> dict[str, Any]:
+        return dict(self.info.get("budget") or {})
+
+    def tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        effect: Effect = "write",
+        enforced_by: EnforcedBy | None = None,
+        fn: Callable[..., Any] | None = None,
+    ) -> Any:
+        """Run a tool once per run, whatever the crashes: the result, replayed or fresh.
+
+        Without `fn` the tool runs on the ledger's gateway with the step's idempotency key
+        (`enforced_by` ledger). With `fn`, your callable runs with `**arguments` (write steps
+        also get `idempotency_key=` when it accepts it); say `enforced_by="tool"` when it
+        honours the key, `"nobody"` when it cannot (a crash inside it then goes to review),
+        `"ledger"` only when it forwards the key to `run.gateway` (a wrapper around it).
+        """
+        args = _normalized(dict(arguments or {}), "arguments")
+        if effect not in ("read", "write"):
+            raise ValueError("effect must be 'read' or 'write'")
+        if effect == "read":
+            if enforced_by is not None:
+                raise ValueError("enforced_by is for write steps only")
+        elif fn is None:
+            if enforced_by not in (None, "ledger"):
+                raise ValueError("gateway tools are enforced by the ledger")
+            enforced_by = "ledger"
+        elif enforced_by is None:
+            enforced_by = "tool" if _accepts_key(fn) else "nobody"
+        elif enforced_by == "ledger" and not _accepts_key(fn):
+            raise ValueError(
+                "enforced_by='ledger' means your callable forwards idempotency_key to the "
+                "ledger's gateway (run.gateway); otherwise it is 'tool' or 'nobody'"
+            )
+        elif enforced_by not in ("ledger", "tool", "nobody"):
+            raise ValueError("enforced_by must be 'ledger', 'tool' or 'nobody'")
+
+        def execute(key: str | None) -> Any:
+            if fn is None:
+                return self.gateway(name, args, idempotency_key=key)
+            if key is not None and _accepts_key(fn):
+                return fn(**args, idempotency_key=key)
+            return fn(**args)
+
+        return self._step(
+            kind="tool",
+            name=name,
+            effect=effect,
+            enforced_by=enforced_by,
+            args=args,
+            run=execute,
+            on_gateway=fn is None,
+        )
+
+    def model(
+        self,
+        fn: Callable[..., Any],
+        messages: Any = None,
+        *,
+        name: str = "model",
+        **arguments: Any,
+    ) -> Any:
+        """A model call, journalled as a read step: replay returns it without spending tokens.
+
+        `fn(messages=..., **arguments)` returns a JSON object; its `usage` ({input_tokens,
+        output_tokens, cost_usd?} or OpenAI's prompt/completion_tokens) is charged to the run.
+        """
+        args = dict(arguments)
+        if messages is not None:
+            args["messages"] = messages
+        args = _normalized(args, "model arguments")
+        return self._step(
+            kind="model",
+            name=name,
+            effect="read",
+            enforced_by=None,
+            args=args,
+            run=lambda _key: fn(**args),
+        )
+
+    def gateway(
+        self, name: str, arguments: Mapping[str, Any], *, idempotency_key: str | None
+    ) -> Any:
+        """Invoke a registered tool on the ledger's gateway (at most once per key); its result.
+
+        A write's key must be a journalled step's (the ledger refuses others with 409
+        `intent_not_journalled`); the gateway records that step's outcome itself.
+        """
+        self._check_lease_for_write()
+        headers = (
+            {"Idempotency-Key": idempotency_key, "Ledger-Epoch": str(self.epoch)}
+            if idempotency_key
+            else None
+        )
+        waited_since = time.monotonic()
+        while True:
+            try:
+                response = self._http.request(
+                    "POST",
+                    f"/api/v1/tools/{name}/invoke",
+                    json={"arguments": dict(arguments)},
+                    headers=headers,
+                    # safe to resend either way: with a key the gateway runs it at most once;
+                    # without one only read tools are accepted (a write is refused with 400)
+                    idempotent=True,
+                    retry_on=GATEWAY_RETRY_STATUSES,
+                )
+            except LedgerError as error:
+                if error.code == "idempotency_in_progress":
+                    if _still_executing(error, waited_since):
+                        time.sleep(0.2)
+                        continue
+                    # an execution the server lost (e.g. its database connection died mid-tool)
+                    # holds the key: stop without failing the run; recovery decides from the key
+                    raise LedgerUnavailable(
+                        error.message,
+                        code=error.code,
+                        status=error.status,
+                        details=error.details,
+                    ) from error
+                if error.status in TOOL_REFUSAL_STATUSES:
+                    # the tool refused or failed (stored for the key): a recorded error step
+                    raise _ToolRefused(error) from error
+                raise
+            body = response.body
+            return body.get("result") if isinstance(body, dict) else body
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _step(
+        self,
+        *,
+        kind: str,
+        name: str,
+        effect: str,
+        enforced_by: str | None,
+        args: dict[str, Any],
+        run: Callable[[str | None], Any],
+        on_gateway: bool = False,
+    ) -> Any:
+        if self._stopped is not None:
+            raise self._stopped
+        index = self._next
+        recorded = self.journal.get(index)
+        if recorded is not None:
+            if not self._matches(recorded, kind=kind, name=name, effect=effect, args=args):
+                # the server compares hashes and has the last word (raises nondeterministic)
+                recorded = self._intent(index, kind, name, effect, enforced_by, args, outcome=None)
+            state = recorded["state"]
+            if state in ("done", "error"):
+                self._next += 1
+                self.replayed += 1
+                self._notify(recorded, replayed=True)
+                if state == "error":
+                    raise StepFailed(name, index, recorded["result"])
+                return recorded["result"]
+            if state == "denied":
+                self._next += 1
+                self.replayed += 1
+                raise _denied(recorded)
+            if state == "unknown":
+                raise self._stop(
+                    NeedsReview(
+                        f"Step {index} ({name}) may have happened; a supervisor decides.",
+                        code="needs_review",
+                        details={"index": index},
+                    )
+                )
+            if state not in ("interrupted", "intent", "awaiting_approval"):
+                raise self._stop(
+                    RunFinished(f"Step {index} is {state}.", code="run_finished", details=recorded)
+                )
+        if on_gateway:
+            # one call: the ledger journals the intent, runs the tool under the step's key and
+            # records its outcome (a crash anywhere in it is recovered from the key record)
+            step = self._gateway_step(index, name, effect, args)
+            status = "ok" if step["state"] == "done" else "error"
+            result, raised = step["result"], None
+        elif effect == "read":
+            status, result, raised = self._execute(run, None)
+            step = self._intent(
+                index,
+                kind,
+                name,
+                effect,
+                None,
+                args,
+                outcome={"status": status, "result": result, "usage": _usage_of(result)},
+            )
+        else:
+            try:
+                step = self._intent(index, kind, name, effect, enforced_by, args, outcome=None)
+                if step["state"] == "awaiting_approval":
+                    self.journal[index] = step
+                    self._await_approval(index, name)
+                    # approved: the same intent again hands the step to this worker, once
+                    step = self._intent(index, kind, name, effect, enforced_by, args, outcome=None)
+            except ApprovalDenied:
+                self._next += 1  # the denied step keeps its index; the agent may go on
+                raise
+            raised = None
+            if step["state"] in ("done", "error"):  # reconciled by the server meanwhile
+                status, result = ("ok" if step["state"] == "done" else "error"), step["result"]
+            else:
+                self._check_lease_for_write()
+                status, result, raised = self._execute(run, step["idempotency_key"])
+                step = self._outcome(index, status, result, _usage_of(result))
+        self.journal[index] = step
+        self._next += 1
+        self.executed += 1
+        self._notify(step, replayed=False)
+        if raised is not None:
+            raise raised
+        if status == "error":
+            raise StepFailed(name, index, result)
+        return result
+
+    def _execute(
+        self, run: Callable[[str | None], Any], key: str | None
+    ) -> tuple[str, Any, Exception | None]:
+        """(status, result, the agent's own exception to re-raise once the failure is journalled)."""
+        try:
+            return "ok", _normalized(run(key), "the step's result"), None
+        except _ToolRefused as refused:
+            # the gateway's stored failure, as the gateway recorded it for the step
+            error = refused.error
+            return (
+                "error",
+                {"error": {"code": error.code, "message": error.message, "details": error.details}},
+                None,
+            )
+        except (StopRun, LedgerError):
+            raise
+        except Exception as exc:
+            return "error", {"error": type(exc).__name__, "message": str(exc)[:2000]}, exc
+
+    def _matches(
+        self, recorded: dict[str, Any], *, kind: str, name: str, effect: str, args: dict[str, Any]
+    ) -> bool:
+        return (recorded["kind"], recorded["name"], recorded["effect"]) == (
+            kind,
+            name,
+            effect,
+        ) and _canonical(recorded["arguments"]) == _canonical(args)
+
+    def _intent(
+        self,
+        index: int,
+        kind: str,
+        name: str,
+        effect: str,
+        enforced_by: str | None,
+        args: dict[str, Any],
+        *,
+        outcome: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "epoch": self.epoch,
+            "index": index,
+            "kind": kind,
+            "name": name,
+            "effect": effect,
+            "arguments": args,
+        }
+        if enforced_by is not None:
+            body["enforced_by"] = enforced_by
+        if outcome is not None:
+            body["outcome"] = outcome
+        try:
+            step: dict[str, Any] = self._write(f"/api/v1/runs/{self.id}/steps/", body)
+        except LedgerError as error:
+            if error.code == "budget_exceeded" and isinstance(error.details.get("step"), dict):
+                self.journal[index] = error.details["step"]
+            raise
+        return step
+
+    def _await_approval(self, index: int, name: str) -> None:
+        """Long-poll the step until people decide; the heartbeat thread keeps the lease."""
+        if not self.wait_for_approval:
+            raise self._stop(
+                ApprovalPending(
+                    f"Step {index} ({name}) waits for approval; the run stops until it is decided.",
+                    code="approval_pending",
+                    details={"index": index},
+                )
+            )
+        logger.info("run %s: step %s (%s) waits for approval", self.id, index, name)
+        while True:
+            if self._stopped is not None:
+                raise self._stopped
+            step: dict[str, Any] = self._http.request(
+                "GET",
+                f"/api/v1/runs/{self.id}/steps/{index}/?wait={APPROVAL_POLL_SECONDS}",
+                timeout=APPROVAL_POLL_SECONDS + 15,
+            ).body
+            self.journal[index] = step
+            if step["state"] == "denied":
+                raise _denied(step)
+            if step["state"] != "awaiting_approval":
+                return
+
+    def _gateway_step(self, index: int, name: str, effect: str, args: dict[str, Any]) -> Any:
+        """POST .../steps/ with `"invoke": true`: the step done or error, in one HTTP call."""
+        if effect == "write":
+            self._check_lease_for_write()
+        body: dict[str, Any] = {
+            "epoch": self.epoch,
+            "index": index,
+            "kind": "tool",
+            "name": name,
+            "effect": effect,
+            "arguments": args,
+            "invoke": True,
+        }
+        waited_since = time.monotonic()
+        while True:
+            try:
+                return self._write(f"/api/v1/runs/{self.id}/steps/", body)
+            except LedgerError as error:
+                if error.code == "budget_exceeded" and isinstance(error.details.get("step"), dict):
+                    self.journal[index] = error.details["step"]
+                if error.code != "idempotency_in_progress":
+                    raise
+                if _still_executing(error, waited_since):
+                    time.sleep(0.2)
+                    continue
+                # an execution the server lost holds the key: recovery decides from the key
+                raise LedgerUnavailable(
+                    error.message, code=error.code, status=error.status, details=error.details
+                ) from error
+
+    def _outcome(
+        self, index: int, status: str, result: Any, usage: dict[str, Any]
+    ) -> dict[str, Any]:
+        body = {"epoch": self.epoch, "status": status, "result": result, "usage": usage}
+        try:
+            answer = self._write(f"/api/v1/runs/{self.id}/steps/{index}/outcome", body)
+        except LedgerError as error:
+            if error.code == "budget_exceeded" and isinstance(error.details.get("step"), dict):
+                # the outcome is recorded (usage is a fact); the run stops here
+                self.journal[index] = error.details["step"]
+            raise
+        if isinstance(answer.get("budget"), dict):
+            self.info["budget"] = answer["budget"]
+        step: dict[str, Any] = answer["step"]
+        return step
+
+    def _write(self, path: str, body: dict[str, Any]) -> Any:
+        """Every write is fenced: after a refusal that means "stop", nothing more is sent."""
+        if self._stopped is not None:
+            raise self._stopped
+        try:
+            return self._http.request("POST", path, json=body, accept=(200, 201, 202)).body
+        except StopRun as stop:
+            raise self._stop(stop) from None
+
+    def _stop(self, stop: StopRun) -> StopRun:
+        with self._lock:
+            if self._stopped is None:
+                self._stopped = stop
+        self._heartbeat_stop.set()
+        return stop
+
+    def _check_lease_for_write(self) -> None:
+        """Before an effect: if our lease may have lapsed (a pause, a partition), confirm it."""
+        if self._stopped is not None:
+            raise self._stopped
+        if time.monotonic() > self._lease_deadline - self.ttl_seconds / 3:
+            self._heartbeat_once()
+            if self._stopped is not None:
+                raise self._stopped
+
+    def _heartbeat_once(self) -> None:
+        sent = time.monotonic()
+        try:
+            self._write(f"/api/v1/runs/{self.id}/heartbeat", {"epoch": self.epoch})
+            self._lease_deadline = sent + self.ttl_seconds
+        except StopRun:
+            logger.warning("run %s: lease lost (epoch %s); stopping", self.id, self.epoch)
+
+    def _beat(self) -> None:
+        interval = max(1.0, self.ttl_seconds / 3)
+        while not self._heartbeat_stop.wait(interval):
+            try:
+                self._heartbeat_once()
+            except LedgerError as error:
+                logger.warning("run %s: heartbeat failed: %s", self.id, error)
+            except Exception as error:  # the client closed under us at exit: nothing to do
+                if not self._heartbeat_stop.is_set():
+                    logger.warning("run %s: heartbeat error: %r", self.id, error)
+                return
+            if self._stopped is not None:
+                return
+
+    def _notify(self, step: dict[str, Any], *, replayed: bool) -> None:
+        if self.on_step is not None:
+            self.on_step(
+                self,
+                StepInfo(
+                    index=int(step["index"]),
+                    name=step["name"],
+                    kind=step["kind"],
+                    effect=step["effect"],
+                    state=step["state"],
+                    replayed=replayed,
+                ),
+            )
+
+
+def _denied(step: dict[str, Any]) -> ApprovalDenied:
+    resolution = step.get("resolution") or {}
+    details = {"index": step.get("index"), **resolution}
+    if resolution.get("action") == "expire":
+        message = f"Step {step.get('index')} ({step.get('name')}) was not approved in time."
+    else:
+        message = (
+            f"Step {step.get('index')} ({step.get('name')}) was denied by "
+            f"{resolution.get('by')}: {resolution.get('note')}"
+        )
+    return ApprovalDenied(message, code="approval_denied", status=409, details=details)
+
+
+class _ToolRefused(Exception):
+    def __init__(self, error: LedgerError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+__all__ = ["Run", "StaleLease", "StepInfo", "current_run"]

@@ -1,0 +1,594 @@
+"""The MCP gateway, both ways: the ledger in front of any MCP server, and the ledger's own tools
+as an MCP server. Every `tools/call` is a journalled step.
+
+    intentledger mcp proxy --upstream "python files_server.py" --agent desk --run ticket-42
+    intentledger mcp proxy --upstream http://files.internal:8000/mcp --agent desk --run ticket-42
+    intentledger mcp serve --agent desk [--run ticket-42] [--http 127.0.0.1:8765]
+
+`proxy` speaks MCP on its stdin/stdout to the client, and to the upstream over stdio (a command
+line, started as its child) or streamable HTTP (a URL). One proxy session is one ledger run
+(`--agent`, `--run` as its external id, so a restarted proxy attaches to the same run), completed
+when the client disconnects. Each `tools/call` is a step named `<upstream server>/<tool>`:
+
+- a tool is a write unless an admin marked it read in the dashboard ("MCP tools": the proxy
+  reports the upstream's tools to the ledger at each `tools/list` and gets the marks back), or,
+  unmarked, the upstream annotates it `readOnlyHint` or `--read TOOL` says so (`--write TOOL`
+  overrides an annotation: annotations are hints, not trusted; an admin's mark overrides both);
+- every call carries the step's idempotency key in `_meta["intentledger/idempotency_key"]`;
+  writes are `enforced_by: nobody` (a crash between the upstream's answer and the journalled
+  outcome sends the step to the review queue) unless `--keyed TOOL` says the upstream honours
+  that key (`enforced_by: tool`: the step is re-executed under the same key);
+- a replayed call answers the recorded result without reaching the upstream; tools are listed
+  without their output schema (a step resolved by a supervisor has only a text answer);
+- an upstream that dies mid-call leaves the step `intent` (recovery decides) and the proxy
+  answers that call, and every later one, with an error;
+- a run that needs review (or is finished, or a ledger that cannot be reached) answers every
+  `tools/call` with an error saying so; a line that is not JSON-RPC gets a JSON-RPC error.
+
+`serve` lists the ledger's registered tools (`LedgerToolServer`); writes run on the ledger's
+gateway under the step's key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import os
+import shlex
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+
+from intentledger._ledger import Ledger
+from intentledger._run import Run
+from intentledger.errors import LedgerError, LedgerUnavailable, StepFailed, StopRun
+from intentledger.integrations._core import (
+    JournalError,
+    _step_key,
+    journal_from_async,
+    journal_tool,
+    journalable,
+)
+
+KEY_META = "intentledger/idempotency_key"
+
+
+class UpstreamLost(LedgerUnavailable):
+    """The upstream MCP server went away mid-call: whether it acted is unknown; nothing recorded."""
+
+
+def _text(message: str, *, error: bool = True) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=message)], is_error=error
+    )
+
+
+RUN_META, AGENT_META = "intentledger/run", "intentledger/agent"
+
+
+def _named_run(params: Any) -> tuple[str | None, str | None]:
+    """(agent, external id) a client names in a request's `_meta`, either possibly None."""
+    meta: dict[str, Any] = dict(getattr(params, "meta", None) or {})
+    agent, run = meta.get(AGENT_META), meta.get(RUN_META)
+    return (str(agent) if agent else None), (str(run) if run else None)
+
+
+class Runs:
+    """The ledger runs one MCP session writes to, by (agent, external id).
+
+    Each is entered on first use in a context of its own (a run's `with` sets a context
+    variable, and is left in the same context) and left when the session ends: completed with
+    the number of its tool calls, or, once stopped (in review, fenced, its upstream lost), with
+    nothing more written. A run the ledger refused stays refused for the session.
+    """
+
+    def __init__(self, ledger: Ledger, *, input: Any, worker: str | None) -> None:
+        self.ledger = ledger
+        self.input = input
+        self.worker = worker
+        self.entered: dict[tuple[str, str], tuple[Run, contextvars.Context]] = {}
+        self.refused: dict[tuple[str, str], str] = {}
+        self.stopped: dict[tuple[str, str], StopRun] = {}
+        self.calls: dict[tuple[str, str], int] = {}
+
+    async def get(self, agent: str, external_id: str) -> Run | str:
+        """The run, or why it refuses calls (`code: message`)."""
+        key = (agent, external_id)
+        if key in self.refused:
+            return self.refused[key]
+        if key not in self.entered:
+            run = self.ledger.run(agent, self.input, external_id=external_id, worker=self.worker)
+            context = contextvars.copy_context()
+            try:
+                await asyncio.to_thread(context.run, run.__enter__)
+            except LedgerError as refused:  # in review, finished, unreachable
+                self.refused[key] = f"{refused.code}: {refused.message}"
+                return self.refused[key]
+            self.entered[key] = (run, context)
+        return self.entered[key][0]
+
+    def count(self, agent: str, external_id: str) -> None:
+        key = (agent, external_id)
+        self.calls[key] = self.calls.get(key, 0) + 1
+
+    def stop(self, agent: str, external_id: str, stop: StopRun) -> str:
+        """The run must write nothing more (a person or recovery decides); refuse its calls."""
+        key = (agent, external_id)
+        self.stopped[key] = stop
+        self.refused[key] = f"{stop.code}: {stop.message}"
+        return self.refused[key]
+
+    async def close(self, lost: UpstreamLost | None = None) -> bool:
+        """Leave every run; True when every run the session named was completed."""
+        for key, (run, context) in self.entered.items():
+            stop: LedgerError | None = lost or self.stopped.get(key)
+            if stop is None:
+                run.output = {"tool_calls": self.calls.get(key, 0)}
+            try:
+                await asyncio.to_thread(
+                    context.run, run.__exit__, type(stop) if stop else None, stop, None
+                )
+            except LedgerError as refused:
+                self.refused[key] = f"{refused.code}: {refused.message}"
+        return lost is None and not self.refused
+
+
+class Gateway:
+    """One proxy session: the upstream client session, its runs and the tool policy.
+
+    Calls go to the run the client names in `_meta["intentledger/run"]` (and
+    `"intentledger/agent"`), or to the session's run (`--agent`, `--run`).
+    """
+
+    def __init__(
+        self,
+        upstream: ClientSession,
+        *,
+        server_name: str,
+        runs: Runs,
+        agent: str,
+        default_run: str,
+        read: Iterable[str] = (),
+        write: Iterable[str] = (),
+        keyed: Iterable[str] = (),
+    ) -> None:
+        self.upstream = upstream
+        self.server_name = server_name
+        self.runs = runs
+        self.agent, self.default_run = agent, default_run
+        self.read, self.write, self.keyed = set(read), set(write), set(keyed)
+        self.tools: dict[str, types.Tool] = {}
+        self.marks: dict[str, str] = {}  # tool name -> "read" | "write", set by an admin
+        self.lost: UpstreamLost | None = None  # the upstream went away: every call is refused
+
+    def effect(self, name: str) -> tuple[str, Any]:
+        """An admin's mark (the dashboard) first, then `--read`/`--write`, then the hint."""
+        write = ("write", "tool" if name in self.keyed else "nobody")
+        mark = self.marks.get(name)
+        if mark:
+            return ("read", None) if mark == "read" else write
+        tool = self.tools.get(name)
+        hinted = bool(tool and tool.annotations and tool.annotations.read_only_hint)
+        if name in self.read or (hinted and name not in self.write):
+            return "read", None
+        return write
+
+    def report(self, tools: list[types.Tool]) -> dict[str, str]:
+        """Tell the ledger what the upstream lists (the dashboard shows it); the admins' marks."""
+        body = {
+            "server": self.server_name,
+            "tools": [
+                {
+                    "name": tool.name,
+                    "read_only_hint": bool(tool.annotations and tool.annotations.read_only_hint),
+                }
+                for tool in tools
+            ],
+        }
+        answer = self.runs.ledger._transport.request("POST", "/api/v1/mcp/tools/", json=body).body
+        return {tool["name"]: tool["mark"] for tool in answer["tools"] if tool["mark"]}
+
+    async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        listed = await self.upstream.list_tools()
+        self.tools = {tool.name: tool for tool in listed.tools}
+        self.marks = await asyncio.to_thread(self.report, list(listed.tools))
+        # no output schemas downstream: a step a supervisor resolved as "sent" has no structured
+        # result to give, and a client would refuse a text-only answer to a tool that has one
+        tools = [tool.model_copy(update={"output_schema": None}) for tool in listed.tools]
+        return listed.model_copy(update={"tools": tools})
+
+    async def call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        if self.lost is not None:
+            return _text(f"upstream_lost: {self.lost.message}")
+        named_agent, named_run = _named_run(params)
+        agent, external_id = named_agent or self.agent, named_run or self.default_run
+        run = await self.runs.get(agent, external_id)
+        if isinstance(run, str):
+            return _text(run)
+        self.runs.count(agent, external_id)
+        name = params.name
+        if name not in self.tools:
+            await self.list_tools(ctx, None)
+        try:
+            arguments = journalable(dict(params.arguments or {}), what="arguments")
+        except JournalError as refused:
+            return _text(f"validation_error: {refused.message}")
+        effect, enforced_by = self.effect(name)
+
+        def journal(await_on_loop: Callable[[Awaitable[Any]], Any]) -> Any:
+            def execute() -> Any:
+                key = _step_key.get()
+                meta: Any = {KEY_META: key} if key else None
+                try:
+                    result = await_on_loop(self.upstream.call_tool(name, arguments, meta=meta))
+                except MCPError as error:
+                    if error.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                        raise  # the upstream answered with an error: the step's recorded error
+                    raise UpstreamLost(
+                        f"the upstream MCP server went away during {name}: {error}",
+                        code="upstream_lost",
+                    ) from error
+                except Exception as lost:
+                    raise UpstreamLost(
+                        f"the upstream MCP server went away during {name}: {lost!r}",
+                        code="upstream_lost",
+                    ) from lost
+                return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+            return journal_tool(
+                run,
+                f"{self.server_name}/{name}",
+                arguments,
+                execute,
+                effect=effect,
+                enforced_by=enforced_by,
+            )
+
+        try:
+            recorded = await journal_from_async(journal)
+        except MCPError as error:
+            return _text(f"upstream error: {error}")
+        except StepFailed as failed:
+            return _text(json.dumps(failed.result, ensure_ascii=False))
+        except UpstreamLost as lost:
+            self.lost = lost
+            return _text(f"upstream_lost: {lost.message}")
+        except StopRun as stop:
+            return _text(self.runs.stop(agent, external_id, stop))
+        if isinstance(recorded, dict) and "content" in recorded:
+            return types.CallToolResult.model_validate(recorded)
+        # e.g. a supervisor's "sent" ({"resolved_as": "sent"}): what the journal knows, as text
+        return _text(json.dumps(recorded, ensure_ascii=False), error=False)
+
+
+def _parse_error(error: Exception) -> SessionMessage:
+    """The answer to a line that is not a JSON-RPC message: -32700 (not JSON) or -32600."""
+    code = types.PARSE_ERROR if "json_invalid" in str(error) else types.INVALID_REQUEST
+    message = f"malformed MCP message: {error}"[:500]
+    return SessionMessage(
+        types.JSONRPCError(
+            jsonrpc="2.0", id=None, error=types.ErrorData(code=code, message=message)
+        )
+    )
+
+
+@asynccontextmanager
+async def _connect(upstream: str) -> AsyncIterator[Any]:
+    """The upstream's stream pair: a streamable HTTP URL, or a command started over stdio."""
+    if upstream.startswith(("http://", "https://")):
+        async with streamable_http_client(upstream) as streams:
+            yield streams
+        return
+    argv = shlex.split(upstream)
+    if not argv:
+        raise ValueError("--upstream needs a command or a URL")
+    env = {k: v for k, v in os.environ.items() if k != "INTENTLEDGER_TOKEN"}
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
+    async with stdio_client(params) as streams:
+        yield streams
+
+
+async def proxy_stdio(
+    upstream: str,
+    *,
+    ledger: Ledger,
+    agent: str,
+    external_id: str,
+    worker: str | None = None,
+    read: Iterable[str] = (),
+    write: Iterable[str] = (),
+    keyed: Iterable[str] = (),
+) -> int:
+    """Serve MCP on stdin/stdout in front of `upstream` (a command line or a streamable HTTP URL)
+    until the client disconnects."""
+    async with _connect(upstream) as (up_read, up_write), ClientSession(up_read, up_write) as up:
+        initialized = await up.initialize()
+        server_name = initialized.server_info.name or "upstream"
+        runs = Runs(ledger, input={"mcp_upstream": server_name}, worker=worker)
+        gateway = Gateway(
+            up,
+            server_name=server_name,
+            runs=runs,
+            agent=agent,
+            default_run=external_id,
+            read=read,
+            write=write,
+            keyed=keyed,
+        )
+        await runs.get(agent, external_id)  # attach (and recover) before the first call
+        server: Server[Any] = Server(
+            f"intentledger:{server_name}",
+            on_list_tools=gateway.list_tools,
+            on_call_tool=gateway.call_tool,
+        )
+        await _serve_on_stdio(server)
+        return 0 if await runs.close(gateway.lost) else 1
+
+
+_JSON_TYPES: dict[str, dict[str, Any]] = {
+    "email": {"type": "string", "format": "email"},
+    "string": {"type": "string"},
+    "integer": {"type": "integer"},
+    "number": {"type": "number"},
+    "decimal": {"type": "string", "pattern": "^-?[0-9]+(\\.[0-9]+)?$"},
+    "boolean": {"type": "boolean"},
+    "list": {"type": "array"},
+    "object": {"type": "object"},
+}
+
+
+def _input_schema(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A ledger tool's argument description (GET /api/v1/tools/) as a JSON Schema."""
+    properties: dict[str, Any] = {}
+    for name, field in arguments.items():
+        schema: dict[str, Any] = dict(_JSON_TYPES.get(field.get("type", "any"), {}))
+        if field.get("type") == "choice":
+            schema["enum"] = list(field.get("choices", []))
+        for limit, keyword in (
+            ("max_length", "maxLength"),
+            ("min_value", "minimum"),
+            ("max_value", "maximum"),
+        ):
+            if field.get(limit) is not None:
+                schema[keyword] = field[limit]
+        if "default" in field:
+            schema["default"] = field["default"]
+        if field.get("help"):
+            schema["description"] = field["help"]
+        properties[name] = schema
+    required = [name for name, field in arguments.items() if field.get("required")]
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _http_session(ctx: Any) -> str | None:
+    """The streamable HTTP session a request belongs to (its Mcp-Session-Id), None on stdio."""
+    request = getattr(ctx, "request", None)
+    headers = getattr(request, "headers", None)
+    return headers.get("mcp-session-id") if headers is not None else None
+
+
+class LedgerToolServer:
+    """`intentledger mcp serve`: the ledger's registered tools as an MCP server.
+
+    Each `tools/call` is a step of the run the client names in `_meta["intentledger/run"]` (and
+    `_meta["intentledger/agent"]`), or of the session's run (`--run`, `--agent`); writes run on
+    the ledger's gateway under the step's idempotency key (`enforced_by: ledger`), reads without
+    one. Over streamable HTTP a call that names no run belongs to its session's run
+    (`mcp-session-<Mcp-Session-Id>`). The runs touched are completed when the client
+    disconnects (stdio) or the server stops (HTTP).
+    """
+
+    def __init__(self, ledger: Ledger, *, agent: str, run: str | None, worker: str | None) -> None:
+        self.ledger = ledger
+        self.agent = agent
+        self.default_run = run
+        self.tools: dict[str, dict[str, Any]] = {}
+        self.runs = Runs(ledger, input={"mcp": "serve"}, worker=worker)
+
+    async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        body = await asyncio.to_thread(
+            lambda: self.ledger._transport.request("GET", "/api/v1/tools/").body
+        )
+        self.tools = {tool["name"]: tool for tool in body["tools"]}
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=tool["name"],
+                    description=tool.get("description") or None,
+                    input_schema=_input_schema(tool.get("arguments") or {}),
+                    annotations=types.ToolAnnotations(read_only_hint=tool["effect"] == "read"),
+                )
+                for tool in body["tools"]
+            ]
+        )
+
+    async def call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        named_agent, named_run = _named_run(params)
+        session = _http_session(ctx)
+        external_id = (
+            named_run or self.default_run or (f"mcp-session-{session}" if session else None)
+        )
+        agent = named_agent or self.agent
+        if not external_id:
+            return _text(f"name a run: _meta[{RUN_META!r}] or intentledger mcp serve --run")
+        if params.name not in self.tools:
+            await self.list_tools(ctx, None)
+        tool = self.tools.get(params.name)
+        if tool is None:
+            return _text(f"tool_not_found: {params.name}")
+        try:
+            arguments = journalable(dict(params.arguments or {}), what="arguments")
+        except JournalError as refused:
+            return _text(f"validation_error: {refused.message}")
+        run = await self.runs.get(agent, external_id)
+        if isinstance(run, str):
+            return _text(run)
+        self.runs.count(agent, external_id)
+        try:
+            if tool["effect"] == "read":
+                result = await asyncio.to_thread(run.tool, params.name, arguments, effect="read")
+            else:  # on the gateway, under the step's key
+                result = await asyncio.to_thread(run.tool, params.name, arguments)
+        except StepFailed as failed:
+            return _text(json.dumps(failed.result, ensure_ascii=False))
+        except StopRun as stop:
+            return _text(self.runs.stop(agent, external_id, stop))
+        except LedgerError as refused:
+            return _text(f"{refused.code}: {refused.message}")
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
+            structured_content=result if isinstance(result, dict) else None,
+        )
+
+    async def close(self) -> None:
+        await self.runs.close()
+
+
+async def serve_stdio(
+    *, ledger: Ledger, agent: str, run: str | None, worker: str | None = None
+) -> int:
+    """Serve the ledger's tools over MCP on stdin/stdout until the client disconnects."""
+    tools = LedgerToolServer(ledger, agent=agent, run=run, worker=worker)
+    server: Server[Any] = Server(
+        "intentledger", on_list_tools=tools.list_tools, on_call_tool=tools.call_tool
+    )
+    try:
+        await _serve_on_stdio(server)
+    finally:
+        await tools.close()
+    return 0
+
+
+async def serve_http(
+    *,
+    ledger: Ledger,
+    agent: str,
+    run: str | None,
+    host: str,
+    port: int,
+    worker: str | None = None,
+) -> int:
+    """Serve the ledger's tools over streamable HTTP at http://host:port/mcp until stopped.
+
+    A call that names no run (`_meta`, `--run`) belongs to its MCP session's run
+    (`mcp-session-<id>`); runs are completed when the server stops.
+    """
+    import uvicorn
+
+    tools = LedgerToolServer(ledger, agent=agent, run=run, worker=worker)
+    server: Server[Any] = Server(
+        "intentledger", on_list_tools=tools.list_tools, on_call_tool=tools.call_tool
+    )
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+
+    class _Server(uvicorn.Server):
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn re-raises SIGTERM after its shutdown, which would kill us before the runs
+            # are completed: stop serving on the signal, then return normally
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    try:
+        await _Server(config).serve()
+    finally:
+        await tools.close()
+    return 0
+
+
+async def _serve_on_stdio(server: Server[Any]) -> None:
+    async with stdio_server() as (raw_read, write_stream):
+        # a line that is not a JSON-RPC message gets a parse error (id null), not silence
+        send, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+        async def answer_malformed() -> None:
+            async with send:
+                async for item in raw_read:
+                    if isinstance(item, Exception):
+                        await write_stream.send(_parse_error(item))
+                    else:
+                        await send.send(item)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(answer_malformed)
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def serve_main(args: Any) -> int:
+    with Ledger(args.ledger_url, args.ledger_token) as ledger:
+        if args.http:
+            host, _, port = args.http.rpartition(":")
+            return asyncio.run(
+                serve_http(
+                    ledger=ledger,
+                    agent=args.agent,
+                    run=args.run,
+                    host=host or "127.0.0.1",
+                    port=int(port),
+                    worker=args.worker,
+                )
+            )
+        return asyncio.run(
+            serve_stdio(ledger=ledger, agent=args.agent, run=args.run, worker=args.worker)
+        )
+
+
+def proxy_main(args: Any) -> int:
+    upstream = args.upstream.strip()
+    if not upstream:
+        raise SystemExit("--upstream needs a command or a URL")
+    with Ledger(args.ledger_url, args.ledger_token) as ledger:
+        return asyncio.run(
+            proxy_stdio(
+                upstream,
+                ledger=ledger,
+                agent=args.agent,
+                external_id=args.run,
+                worker=args.worker,
+                read=args.read,
+                write=args.write,
+                keyed=args.keyed,
+            )
+        )
+
+
+__all__ = [
+    "Gateway",
+    "LedgerToolServer",
+    "Runs",
+    "UpstreamLost",
+    "proxy_main",
+    "proxy_stdio",
+    "serve_http",
+    "serve_main",
+    "serve_stdio",
+]

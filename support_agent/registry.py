@@ -1,0 +1,29 @@
+"""The agents Celery may run, by name: the journal's `agent` field picks the entry.
+
+Each entry resumes a run by id: `fn(ledger, *, run_id, worker, ...)`. Kept as dotted paths so
+importing the registry (the web process does, to re-dispatch runs) loads no agent code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+AGENTS: dict[str, str] = {
+    "support": "support_agent.runners.resume_support",
+}
+
+
+def is_registered(agent: str) -> bool:
+    return agent in AGENTS
+
+
+def agent_runner(agent: str) -> Callable[..., Any]:
+    try:
+        path = AGENTS[agent]
+    except KeyError:
+        raise LookupError(f"no agent {agent!r} is registered (known: {sorted(AGENTS)})") from None
+    module, _, name = path.rpartition(".")
+    runner: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return runner

@@ -1,0 +1,55 @@
+"""Agent runs as Celery tasks, safe to redeliver: the journal turns a second delivery into a replay.
+
+acks_late + reject_on_worker_lost: a worker killed mid-run does not ack, so the broker hands the
+task to another worker, which resumes the run from its journal.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+from intentledger import Ledger, LedgerUnavailable
+
+from runs.services import run_runner_claim_for_celery
+from support_agent.registry import agent_runner
+
+logger = logging.getLogger(__name__)
+
+# wait this long before retrying a run whose lease another live worker holds
+LEASE_HELD_RETRY_SECONDS = 5
+# and this long when the ledger could not be reached (the SDK already retried with backoff)
+LEDGER_DOWN_RETRY_SECONDS = 10
+
+
+@shared_task(
+    bind=True,
+    name="agents.run_agent",
+    acks_late=True,
+    reject_on_worker_lost=True,  # the task option behind task_reject_on_worker_lost
+    max_retries=None,
+)
+def run_agent(self: Any, run_id: str, agent: str) -> dict[str, Any]:
+    """Run or resume `agent` for `run_id` until it completes or stops cleanly.
+
+    The worker name is the Celery node's, so a redelivery to the same node takes its own lease
+    back at once; another node waits for the lease to expire (retry).
+    """
+    runner = agent_runner(agent)
+    worker = f"celery:{self.request.hostname or 'local'}"
+    if not run_runner_claim_for_celery(run_id=run_id):
+        # another process runs it (runner external): never take it over
+        logger.warning("run %s is run by another process (runner external); not running it", run_id)
+        return {"run_id": run_id, "status": "external", "replayed": 0}
+    try:
+        with Ledger(settings.INTENTLEDGER_URL, settings.INTENTLEDGER_TOKEN) as ledger:
+            outcome = runner(ledger, run_id=run_id, worker=worker)
+    except LedgerUnavailable as error:
+        logger.warning("run %s: ledger unavailable, retrying: %s", run_id, error)
+        raise self.retry(countdown=LEDGER_DOWN_RETRY_SECONDS) from error
+    logger.info("run %s: %s", run_id, outcome.status)
+    if outcome.status == "lease_held":
+        raise self.retry(countdown=LEASE_HELD_RETRY_SECONDS)
+    return {"run_id": run_id, "status": outcome.status, "replayed": outcome.replayed}
