@@ -6,7 +6,11 @@ heading of the form "### `POST /api/v1/runs/{id}/lease`" (the run's path paramet
 the schema, is written `{id}`).
 """
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +123,29 @@ def test_docs_point_nowhere_outside_the_repository(doc: Path) -> None:
         resolved = (doc.parent / target.split("#")[0]).resolve()
         assert resolved.is_relative_to(ROOT), f"{doc.name} links outside the repository: {target}"
         assert resolved.exists(), f"{doc.name} links to a missing file: {target}"
+
+
+def _mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+
+
+@pytest.mark.slow
+def test_the_manual_builds_strict_and_a_broken_link_fails_it(tmp_path: Path) -> None:
+    assert _mkdocs_build(ROOT / "mkdocs.yml", tmp_path / "site").returncode == 0
+    # the same manual with one link to a page that does not exist
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    (tmp_path / "mkdocs.yml").write_text((ROOT / "mkdocs.yml").read_text())
+    page = tmp_path / "docs" / "architecture.md"
+    page.write_text(page.read_text() + "\nSee [the missing page](missing.md).\n")
+    broken = _mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "broken-site")
+    assert broken.returncode != 0
+    assert "missing.md" in broken.stderr + broken.stdout
+
+
+def test_the_readme_is_a_front_page() -> None:
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 300

@@ -338,19 +338,21 @@ def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running
 
 
 # --------------------------------------------------------------------------------------------
-# --help on every command the README mentions
+# --help on every command the README and the manual in docs/ mention
 
 
 def readme_commands() -> dict[str, list[str]]:
-    """The project's own commands named in the README: scripts/*, manage.py commands (in code
-    blocks and in the management-commands table), and `python -m` modules of this repository."""
-    readme = (ROOT / "README.md").read_text()
+    """The project's own commands named in the README and docs/: scripts/*, manage.py commands
+    (in code blocks and in the management-commands table), and `python -m` modules of this
+    repository."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    readme = "\n".join(page.read_text() for page in pages)
     commands: dict[str, list[str]] = {}
     for name in re.findall(r"(?<![\w/])scripts/([\w-]+)", readme):
         if (ROOT / "scripts" / name).exists():
             commands[f"scripts/{name}"] = [str(ROOT / "scripts" / name), "--help"]
     managed = set(re.findall(r"manage\.py\s+([a-z_]+)", readme))
-    section = readme.split("## Management commands", 1)[-1].split("\n## ", 1)[0]
+    section = (ROOT / "docs" / "commands.md").read_text()
     managed |= set(re.findall(r"^\|\s*`([a-z_]+)", section, re.MULTILINE))
     for name in sorted(managed):
         commands[f"manage.py {name}"] = [sys.executable, str(ROOT / "manage.py"), name, "--help"]

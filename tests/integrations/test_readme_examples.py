@@ -1,4 +1,4 @@
-"""The README's integration examples are real code: each runs as written against the ledger."""
+"""The integration examples of docs/integrations.md are real code: each runs as written against the ledger."""
 
 import os
 import re
@@ -16,10 +16,7 @@ pytestmark = pytest.mark.slow
 
 
 def readme_example(heading: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text[
-        text.index("## Framework integrations") : text.index("<!-- section: integrations -->")
-    ]
+    section = (ROOT / "docs" / "integrations.md").read_text()
     part = section[section.index(heading) :]
     match = re.search(r"```python\n(.*?)```", part, re.S)
     assert match, f"no python example under {heading}"
@@ -30,11 +27,11 @@ def run_example(heading: str, ledger_server: str, token: str) -> None:
     code = readme_example(heading)
     assert len(code.strip().splitlines()) <= 24
     code = code.replace("http://ledger:8000", ledger_server)
-    exec(compile(code, "README.md", "exec"), {"token": token})  # noqa: S102
+    exec(compile(code, "docs/integrations.md", "exec"), {"token": token})  # noqa: S102
 
 
 def test_pydantic_ai_example(ledger_server: str, worker_token: str, transactional_db: Any) -> None:
-    run_example("### PydanticAI", ledger_server, worker_token)
+    run_example("## PydanticAI", ledger_server, worker_token)
     run = Run.objects.get(agent="refunds", external_id="order-A-1")
     assert run.status == "completed"
     steps = list(run.steps.order_by("index").values_list("kind", "name", "effect"))
@@ -48,7 +45,7 @@ def test_openai_agents_example(
     ledger_server: str, worker_token: str, transactional_db: Any, tmp_path: Path
 ) -> None:
     # as an agent author runs it, from this checkout's root: no module of ours is called `agents`
-    code = readme_example("### OpenAI Agents SDK").replace("http://ledger:8000", ledger_server)
+    code = readme_example("## OpenAI Agents SDK").replace("http://ledger:8000", ledger_server)
     assert len(code.strip().splitlines()) <= 24
     example = tmp_path / "example.py"
     example.write_text(f"token = {worker_token!r}\n{code}")
@@ -86,9 +83,9 @@ def test_langgraph_example(
     monkeypatch.setattr(_agent_kit, "WORK", tmp_path)  # where it counts model calls
 
     chat_model = ScriptedChatModel(calls=[("refund", {"order": "A-1"})], answer="Refunded A-1.")
-    code = readme_example("### LangGraph").replace("http://ledger:8000", ledger_server)
+    code = readme_example("## LangGraph").replace("http://ledger:8000", ledger_server)
     assert len(code.strip().splitlines()) <= 24
-    exec(compile(code, "README.md", "exec"), {"token": worker_token, "chat_model": chat_model})  # noqa: S102
+    exec(compile(code, "docs/integrations.md", "exec"), {"token": worker_token, "chat_model": chat_model})  # noqa: S102
     run = Run.objects.get(agent="refunds-langgraph", external_id="order-A-1")
     assert run.status == "completed" and run.output == "Refunded A-1."
     steps = list(run.steps.order_by("index").values_list("kind", "name", "effect", "enforced_by"))
@@ -105,7 +102,7 @@ def test_mcp_proxy_example(
     transactional_db: Any,
     tmp_path: Path,
 ) -> None:
-    code = readme_example("### MCP gateway").replace("http://ledger:8000", ledger_server)
+    code = readme_example("## MCP gateway").replace("http://ledger:8000", ledger_server)
     assert len(code.strip().splitlines()) <= 24
     # the console script and the example's upstream server, as this checkout provides them
     upstream = ROOT / "tests" / "integrations" / "mcp_upstream.py"
@@ -117,7 +114,7 @@ def test_mcp_proxy_example(
     code = code.replace(
         'env={"INTENTLEDGER_URL"', f'env={{"WORK_DIR": {str(tmp_path)!r}, "INTENTLEDGER_URL"'
     )
-    exec(compile(code, "README.md", "exec"), {"token": worker_token})  # noqa: S102
+    exec(compile(code, "docs/integrations.md", "exec"), {"token": worker_token})  # noqa: S102
     run = Run.objects.get(agent="desk", external_id="ticket-42")
     assert run.status == "completed"
     steps = list(run.steps.order_by("index").values_list("name", "effect", "enforced_by"))

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 def readme_example() -> str:
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Using the worker SDK") : text.index("<!-- section: sdk -->")]
+    section = text[text.index("## Using the worker SDK") :].split("\n## ", 1)[0]
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match, "no python example in the SDK section"
     return match.group(1)

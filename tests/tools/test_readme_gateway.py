@@ -1,4 +1,4 @@
-"""The README's gateway example is real shell: run it with bash and curl against a live ledger."""
+"""The gateway example of docs/tools.md is real shell: run it with bash and curl against a live ledger."""
 
 import json
 import os
@@ -17,8 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def readme_gateway_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## The tool side") : text.index("<!-- section: tools -->")]
+    section = (ROOT / "docs" / "tools.md").read_text()
     match = re.search(r"```bash\n(.*?)```", section, re.S)
     assert match, "no shell example in the tool side section"
     return match.group(1)
