@@ -85,7 +85,8 @@ def test_langgraph_example(
     chat_model = ScriptedChatModel(calls=[("refund", {"order": "A-1"})], answer="Refunded A-1.")
     code = readme_example("## LangGraph").replace("http://ledger:8000", ledger_server)
     assert len(code.strip().splitlines()) <= 24
-    exec(compile(code, "docs/integrations.md", "exec"), {"token": worker_token, "chat_model": chat_model})  # noqa: S102
+    example = compile(code, "docs/integrations.md", "exec")
+    exec(example, {"token": worker_token, "chat_model": chat_model})  # noqa: S102
     run = Run.objects.get(agent="refunds-langgraph", external_id="order-A-1")
     assert run.status == "completed" and run.output == "Refunded A-1."
     steps = list(run.steps.order_by("index").values_list("kind", "name", "effect", "enforced_by"))
