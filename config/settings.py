@@ -214,7 +214,9 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Agent Ledger worker API",
     "DESCRIPTION": "Durable journals for agent runs, fenced leases, budgets and enforced idempotency keys.",
-    "VERSION": "1.0.0",
+    # the software's version, the SDK's and the server's (one file: sdk/VERSION); the API's own
+    # version is its path, /api/v1/
+    "VERSION": (BASE_DIR / "sdk" / "VERSION").read_text(encoding="utf-8").strip(),
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],

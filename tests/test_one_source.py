@@ -22,7 +22,16 @@ from runs.vocabulary import BUDGET_LIMITS, EventType, StatusReason
 ROOT = Path(__file__).resolve().parents[1]
 # sdk/src/intentledger/ is the worker SDK: httpx-only, it speaks the HTTP contract (run statuses, error
 # codes), never event types, and imports nothing of the server; it is searched all the same.
-PRODUCT = ("runs", "tools", "review", "audit", "agents", "intentledger", "config", "console")
+PRODUCT = (
+    "runs",
+    "tools",
+    "review",
+    "audit",
+    "support_agent",
+    "sdk/src/intentledger",
+    "config",
+    "console",
+)
 VOCABULARY = Path("runs/vocabulary.py")
 
 AMBIGUOUS = set(RunStatus.values) | set(BUDGET_LIMITS)
@@ -101,6 +110,13 @@ def product_literals(root: Path) -> list[str]:
 
 def test_product_code_names_event_types_and_status_reasons_by_their_enums():
     assert product_literals(ROOT) == []
+
+
+def test_every_folder_the_searches_walk_exists():
+    """A folder that moved (agents/ became support_agent/, agentledger/ sdk/src/intentledger/)
+    would leave the searches above walking nothing and passing."""
+    missing = [package for package in (*PRODUCT, "demo") if not (ROOT / package).is_dir()]
+    assert missing == []
 
 
 def test_the_search_finds_a_planted_literal_of_each_kind(tmp_path):
