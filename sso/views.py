@@ -256,7 +256,7 @@ def _back() -> HttpResponseRedirect:
 def people_create(request: HttpRequest) -> HttpResponse:
     form = LocalUserForm(request.POST)
     if not form.is_valid():
-        messages.error(request, " ".join(e for errs in form.errors.values() for e in errs))
+        messages.error(request, " ".join(str(e) for errs in form.errors.values() for e in errs))
         return _back()
     data = form.cleaned_data
     _tell(

@@ -71,7 +71,9 @@ def assert_signed_out(page: Any, base: str) -> None:
 
 def nav(page: Any) -> list[str]:
     """The main menu's entries (the queue's waiting badge left off)."""
-    return [re.sub(r"\s*\d+$", "", t.strip()) for t in page.locator("nav.nav > a").all_inner_texts()]
+    return [
+        re.sub(r"\s*\d+$", "", t.strip()) for t in page.locator("nav.nav > a").all_inner_texts()
+    ]
 
 
 def groups_of(username: str) -> set[str]:
@@ -172,7 +174,12 @@ def _started(page: Any, base: str) -> str:
     """A sign-in started and left at the provider's page: the state the dashboard sent there."""
     with page.expect_request(lambda r: "/realms/agents/auth?" in r.url) as authorize:
         _at_provider(page, base)
-    return parse_qs(urlsplit(authorize.value.url).query)["state"][0]
+    sent = parse_qs(urlsplit(authorize.value.url).query)
+    # the authorization-code flow with PKCE (S256), a state and a nonce
+    assert sent["response_type"] == ["code"] and sent["code_challenge_method"] == ["S256"]
+    assert len(sent["code_challenge"][0]) == 43 and len(sent["nonce"][0]) >= 32
+    assert sent["redirect_uri"] == [f"{base}/sso/callback/"]
+    return sent["state"][0]
 
 
 def test_bad_answers_end_on_an_error_page_without_a_session(
@@ -211,12 +218,13 @@ def test_bad_answers_end_on_an_error_page_without_a_session(
 
     # ID tokens the provider signs for another audience, as another issuer, already expired, or
     # signed with a key that is not in its JWKS
-    for change, words in [
+    changes: list[tuple[dict[str, Any], str]] = [
         ({"aud": "another-application"}, "another application"),
         ({"iss": "http://localhost:1/realms/elsewhere"}, "another issuer"),
         ({"expired": True}, "expired"),
         ({"foreign_key": True}, "signature"),
-    ]:
+    ]
+    for change, words in changes:
         provider.tamper(**change)
         sign_in(page, base, "sam")
         assert words in ends_on_error(page, base, "token_rejected")
