@@ -5,6 +5,7 @@ $AGENTLEDGER_OIDC_CACHE (default ~/.cache/agentledger-oidc), so a clean CI machi
 the npm registry gets it on the first run; a test run never writes into the checkout.
 """
 
+import fcntl
 import json
 import os
 import shutil
@@ -32,20 +33,26 @@ def cache_dir() -> Path:
 
 
 def node_modules() -> Path:
-    """oidc-provider@OIDC_PROVIDER_VERSION installed under the cache (installing it if missing)."""
+    """oidc-provider@OIDC_PROVIDER_VERSION installed under the cache (installing it if missing;
+    under a lock, as two pytest workers may both get there first on a clean machine)."""
     if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed for the OpenID provider")
+        pytest.fail("node and npm are needed to run the OpenID provider of the SSO tests")
     root = cache_dir() / OIDC_PROVIDER_VERSION
     package = root / "node_modules" / "oidc-provider" / "package.json"
-    if not package.exists() or json.loads(package.read_text())["version"] != OIDC_PROVIDER_VERSION:
-        root.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--no-save", "--prefix", str(root),
-             f"oidc-provider@{OIDC_PROVIDER_VERSION}"],
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )  # fmt: skip
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".install-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (
+            not package.exists()
+            or json.loads(package.read_text())["version"] != OIDC_PROVIDER_VERSION
+        ):
+            subprocess.run(
+                ["npm", "install", "--no-audit", "--no-fund", "--no-save", "--prefix", str(root),
+                 f"oidc-provider@{OIDC_PROVIDER_VERSION}"],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )  # fmt: skip
     return root / "node_modules"
 
 

@@ -17,7 +17,7 @@ from review.audit import AuditEntry
 from review.roles import ADMINS, AUDITORS, SUPERVISORS
 from sso.models import OidcIdentity
 from tests.processes import free_port
-from tests.review.browser import TIMEOUT
+from tests.review.browser import TIMEOUT, shot
 from tests.sso.conftest import PROVIDER_NAME
 from tests.sso.provider import OidcProvider
 
@@ -85,6 +85,8 @@ def test_a_supervisor_an_admin_an_auditor_and_an_outsider_sign_in(browser, revie
     context = _context(browser)
     page = context.new_page()
 
+    page.goto(f"{base}/login/")
+    shot(page, "sso-login")
     sign_in(page, base, "sam")
     assert "Review queue" in nav(page) and "People" not in nav(page)
     assert "Worker tokens" not in nav(page)
@@ -104,6 +106,7 @@ def test_a_supervisor_an_admin_an_auditor_and_an_outsider_sign_in(browser, revie
     refusal = page.locator("#sso-refused")
     assert refusal.get_attribute("data-reason") == "no_role"
     assert "marketing" in refusal.inner_text()
+    shot(page, "sso-refused")
     assert "Runs" not in page.content()  # no dashboard data, no menu
     assert_signed_out(page, base)
     assert not User.objects.filter(username="mallory").exists()
@@ -118,6 +121,7 @@ def test_a_supervisor_an_admin_an_auditor_and_an_outsider_sign_in(browser, revie
     sam_row = page.locator('tr[data-user="sam"]')
     assert PROVIDER_NAME in sam_row.locator(".source").inner_text()
     assert sam_row.locator(".groups").inner_text().strip() == SUPERVISORS
+    shot(page, "people")
     # the audit log has each sign-in and the refusal, with the provider and the groups
     page.goto(f"{base}/audit-log/?action=sso.")
     log = page.locator("main").inner_text()
