@@ -151,6 +151,9 @@ def callback(request: HttpRequest) -> HttpResponse:
         )
     except requests.HTTPError as exc:
         answer = exc.response.text[:300] if exc.response is not None else str(exc)
+        if exc.response is None or exc.response.url != provider.token_endpoint:
+            # the JWKS or userinfo endpoint answered with an error
+            return failed(request, conf, "provider_error", f"{conf.provider_name}: {exc}", 502)
         return failed(
             request,
             conf,
