@@ -61,8 +61,8 @@ def main() -> None:
         sso_client: Any = None
         for _ in range(args.logins + 1):  # the first one warms every path and is left out
             timings, sso_client = one_login(Client, httpx)
-            for name, seconds in timings.items():
-                parts[name].append(seconds)
+            for name, took in timings.items():
+                parts[name].append(took)
         totals = [sum(parts[n][i] for n in parts) for i in range(1, args.logins + 1)]
         print(f"login round trip, {args.logins} sign-ins: {_median_ms(totals)}")
         for name, values in parts.items():

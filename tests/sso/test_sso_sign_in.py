@@ -236,3 +236,16 @@ def test_an_unreachable_provider_is_said_before_the_browser_is_sent_there(groups
     settings.OIDC_CLIENT_ID, settings.OIDC_CLIENT_SECRET = "agent-ledger", "s3cret"
     response = Client().get("/sso/start/")
     assert response.status_code == 502 and b"could not be reached" in response.content
+
+
+def test_the_start_up_check_refuses_settings_nobody_could_sign_in_with(settings):
+    from sso.checks import sso_settings_check
+
+    settings.OIDC_ISSUER, settings.LOCAL_LOGIN = "", False
+    assert [p.id for p in sso_settings_check()] == ["sso.E003"]
+    settings.OIDC_ISSUER, settings.LOCAL_LOGIN = ISSUER, True
+    settings.OIDC_CLIENT_ID = settings.OIDC_CLIENT_SECRET = ""
+    settings.OIDC_ROLE_MAP = "ops=root"
+    assert [p.id for p in sso_settings_check()] == ["sso.E001"]
+    settings.OIDC_ROLE_MAP = ""
+    assert [p.id for p in sso_settings_check()] == ["sso.E002", "sso.W001"]
