@@ -23,6 +23,15 @@ def sso_settings_check(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                     id="sso.E002",
                 )
             )
+        wrong = [a for a in conf.sign_algorithms if not a.startswith(("RS", "ES"))]
+        if wrong or not conf.sign_algorithms:
+            problems.append(
+                Error(
+                    f"OIDC_SIGN_ALGORITHMS: {', '.join(wrong) or 'none'}; only RS* and ES* "
+                    "(the signature is checked against the provider's JWKS).",
+                    id="sso.E004",
+                )
+            )
         if not conf.role_map:
             problems.append(
                 Warning(

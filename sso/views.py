@@ -15,6 +15,7 @@ import requests
 from django import forms
 from django.contrib import auth, messages
 from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -208,7 +209,7 @@ GROUP_CHOICES = [(name, name) for name in GROUP_PERMISSIONS]
 
 
 class LocalUserForm(forms.Form):
-    username = forms.CharField(max_length=150)
+    username = forms.CharField(max_length=150, validators=[UnicodeUsernameValidator()])
     email = forms.EmailField(required=False)
     password = forms.CharField(widget=forms.PasswordInput, strip=False)
     groups = forms.MultipleChoiceField(

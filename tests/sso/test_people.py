@@ -78,6 +78,10 @@ def test_an_admin_creates_a_local_user_who_can_then_sign_in(groups):
         "/people/new", {"username": "BreakGlass", "password": "a-long-enough-passphrase-71"}
     )
     assert "taken" in " ".join(told(response))
+    response = client.post(
+        "/people/new", {"username": "no spaces", "password": "a-long-enough-passphrase-71"}
+    )
+    assert not User.objects.filter(username="no spaces").exists()
 
 
 def test_a_local_users_groups_change_and_a_provider_users_do_not(groups):

@@ -249,3 +249,7 @@ def test_the_start_up_check_refuses_settings_nobody_could_sign_in_with(settings)
     assert [p.id for p in sso_settings_check()] == ["sso.E001"]
     settings.OIDC_ROLE_MAP = ""
     assert [p.id for p in sso_settings_check()] == ["sso.E002", "sso.W001"]
+    # a shared-secret or unsigned ID token is never checked against the JWKS
+    settings.OIDC_CLIENT_ID, settings.OIDC_CLIENT_SECRET = "agent-ledger", "s3cret"
+    settings.OIDC_ROLE_MAP, settings.OIDC_SIGN_ALGORITHMS = "a=admins", ["RS256", "HS256"]
+    assert [p.id for p in sso_settings_check()] == ["sso.E004"]
