@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "support_agent",
     "audit",
     "console",
+    "sso",  # sign-in through the company's identity provider (OpenID Connect), the people page
     "demo",  # scripts/demo's management commands (demo_seed, demo_story); no models
 ]
 
@@ -283,6 +284,24 @@ REVIEW_SLA_SECONDS = env_int("REVIEW_SLA_SECONDS", 15 * 60)
 REVIEW_CLAIM_SECONDS = env_int("REVIEW_CLAIM_SECONDS", 15 * 60)
 LOGIN_MAX_FAILURES = env_int("LOGIN_MAX_FAILURES", 5)
 LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 15 * 60)
+# Single sign-on through the company's identity provider (issue 39, sso/, docs/sso.md): OpenID
+# Connect's authorization-code flow with PKCE, the provider found through
+# {OIDC_ISSUER}/.well-known/openid-configuration. Unset OIDC_ISSUER: no single sign-on.
+OIDC_ISSUER = os.environ.get("OIDC_ISSUER", "").strip().rstrip("/")
+OIDC_CLIENT_ID = os.environ.get("OIDC_CLIENT_ID", "")
+OIDC_CLIENT_SECRET = os.environ.get("OIDC_CLIENT_SECRET", "")
+# the claim whose values map onto the dashboard's groups ("claim-value=group,…")
+OIDC_ROLES_CLAIM = os.environ.get("OIDC_ROLES_CLAIM", "groups")
+OIDC_ROLE_MAP = os.environ.get("OIDC_ROLE_MAP", "")
+OIDC_PROVIDER_NAME = os.environ.get("OIDC_PROVIDER_NAME", "")
+OIDC_SCOPES = os.environ.get("OIDC_SCOPES", "openid email profile")
+OIDC_SIGN_ALGORITHMS = [
+    a.strip() for a in os.environ.get("OIDC_SIGN_ALGORITHMS", "RS256").split(",") if a.strip()
+]
+OIDC_TIMEOUT_SECONDS = float(os.environ.get("OIDC_TIMEOUT_SECONDS", "5"))
+# LOCAL_LOGIN=0: no password sign-in (the login page hides it and refuses its POST; the Django
+# admin's login is the same page), only the identity provider
+LOCAL_LOGIN = env_bool("LOCAL_LOGIN", True)
 # The console's overview reads past days from a rollup that beat recomputes (console.rollup)
 CONSOLE_ROLLUP_DAYS = env_int("CONSOLE_ROLLUP_DAYS", 31)
 CELERY_BEAT_SCHEDULE["console-refresh-run-days"] = every(

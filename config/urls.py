@@ -74,5 +74,6 @@ urlpatterns = [
     path("audit/", include("audit.urls")),
     path("console/", include("console.urls")),
     path("metrics", metrics_view, name="metrics"),
+    path("", include("sso.urls")),
     path("", include("review.urls")),
 ]

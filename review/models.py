@@ -52,6 +52,7 @@ class AuditEntry(models.Model):
                 "manage_audit",
                 "Sign checkpoints, acknowledge alerts, set retention, see all exports",
             ),
+            ("manage_people", "See everyone who can sign in, create local users, deactivate"),
         ]
 
     def __str__(self) -> str:

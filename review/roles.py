@@ -22,6 +22,7 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
         "view_auditentry",
         "run_actions",
         "manage_audit",
+        "manage_people",
     ],
 }
 

@@ -110,7 +110,20 @@ class LoginView(auth_views.LoginView):
     template_name = "registration/login.html"
     redirect_authenticated_user = True
 
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        from sso.conf import local_login_enabled, sso_settings
+
+        return super().get_context_data(
+            sso=sso_settings(), local_login=local_login_enabled(), **kwargs
+        )
+
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        from sso.conf import local_login_enabled
+
+        if not local_login_enabled():  # LOCAL_LOGIN=0: the identity provider only
+            response = self.render_to_response(self.get_context_data(local_refused=True))
+            response.status_code = 403
+            return response
         username = _attempted_username(request)
         until = services.login_locked_until(username=username, ip=_client_ip(request))
         if until is not None:
