@@ -197,11 +197,11 @@ def signal_pid(proc: subprocess.Popen[str], signum: signal.Signals) -> None:
         os.kill(proc.pid, signum)
     try:
         proc.wait(timeout=STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as timeout:  # (a failure of the test before it stays chained)
         os.killpg(proc.pid, signal.SIGKILL)
         raise AssertionError(
             f"scripts/demo was still running {STOP_TIMEOUT:.0f}s after {signum.name}"
-        )  # noqa: B904 (the test's own failure, if any, stays in the chain)
+        ) from timeout
 
 
 def port_closed(port: int) -> bool:
