@@ -439,7 +439,7 @@ def _setting_values(setting: Model, fields: Iterable[str]) -> dict[str, Any]:
 
 def _setting_save[M: Model](
     *,
-    user: AbstractBaseUser,
+    user: AbstractBaseUser | str,
     stored: M | None,
     blank: M,
     fields: tuple[str, ...],
@@ -497,7 +497,7 @@ def _policy_check(policy: BudgetPolicy) -> None:
 
 
 def budget_policy_save(
-    *, user: AbstractBaseUser, policy: BudgetPolicy | None, values: dict[str, Any]
+    *, user: AbstractBaseUser | str, policy: BudgetPolicy | None, values: dict[str, Any]
 ) -> BudgetPolicy:
     """Create or edit a policy; making it the default moves the default flag onto it.
 
