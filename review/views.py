@@ -214,13 +214,28 @@ def _transcript_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         for s in steps
     ]
     budget = budget_of(run)
-    wall_used = int(((run.finished_at or clock.now()) - run.created_at).total_seconds())
+    now = clock.now()
+    wall_used = int(((run.finished_at or now) - run.created_at).total_seconds())
+    # a lease is current only while a live run's holder may still write: a stopped run, or one
+    # whose lease ran out, shows who held it last and when that ended
+    lease_current = bool(
+        run.lease_worker
+        and run.lease_expires_at
+        and run.lease_expires_at > now
+        and run.status in LIVE_STATUSES
+        and run.status != RunStatus.NEEDS_REVIEW
+    )
     has_unknown = any(s.state == StepState.UNKNOWN for s in steps)
     return {
         "nav": "runs",
         "run": run,
         "budget": budget,
         "wall_used": wall_used,
+        # waiting for a person stops no clock: the deadline is the creation time plus the limit
+        "wall_label": "wall clock s (runs on while it waits)"
+        if run.status == RunStatus.NEEDS_REVIEW
+        else "wall clock s",
+        "lease_current": lease_current,
         "step_rows": step_rows,
         "events": events,
         "history": selectors.run_history(events),
