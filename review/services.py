@@ -27,7 +27,15 @@ from review.models import AuditEntry, Escalation, EscalationWebhook, LoginFailur
 from review.roles import SUPERVISORS
 from runs import clock
 from runs.api_errors import ApplicationError, invalid, note_required
-from runs.constants import BUDGET_LIMITS, EnforcedBy, Resolution, RunStatus, StepState
+from runs.constants import (
+    AGENT_NAME_RULE,
+    BUDGET_LIMITS,
+    EnforcedBy,
+    Resolution,
+    RunStatus,
+    StepState,
+    agent_name_valid,
+)
 from runs.models import ApprovalRule, BudgetPolicy, Run, Step, TokenScope, WorkerToken
 from runs.services import (
     approval_expire_if_due,
@@ -474,9 +482,20 @@ def _setting_save[M: Model](
         return target
 
 
+def _agent_check(agent: str | None) -> None:
+    """An agent name as a run, a token, a policy and an approval rule all take it."""
+    if agent and not agent_name_valid(agent):
+        raise invalid(
+            "agent",
+            f"Not an agent name: {agent} ({AGENT_NAME_RULE}).",
+            f"Not an agent name: {agent} ({AGENT_NAME_RULE}).",
+        )
+
+
 def _policy_check(policy: BudgetPolicy) -> None:
     """A policy belongs to one agent or is the default; a new default takes the flag over."""
     policy.agent = (policy.agent or "").strip() or None
+    _agent_check(policy.agent)
     if policy.is_default and policy.agent:
         raise ApplicationError(
             "validation_error",
@@ -541,7 +560,13 @@ def approval_rule_save(
             "A rule for this agent and tool pattern exists already.",
             "Already has a rule.",
         ),
+        check=_rule_check,
     )
+
+
+def _rule_check(rule: ApprovalRule) -> None:
+    rule.agent = (rule.agent or "").strip()
+    _agent_check(rule.agent)
 
 
 # --- MCP upstream tools --------------------------------------------------------------------------
@@ -591,6 +616,8 @@ def review_token_create(
     name = name.strip()
     if not name:
         raise invalid("name", "A token needs a name.", "Required.")
+    for agent in agents:
+        _agent_check(agent)
     with transaction.atomic():
         token, raw = worker_token_create(
             name=name,

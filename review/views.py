@@ -354,16 +354,30 @@ run_limits = run_page_post(
 
 
 def _form_errors(form: Any) -> str:
+    """A form's errors as one message for a person: each after its field's label (never the
+    field's name in the code), unless the sentence names the field itself."""
     parts: list[str] = []
     for field, errors in form.errors.items():
-        label = "" if field == "__all__" else f"{field}: "
-        parts.extend(f"{label}{e}" for e in errors)
+        known = form.fields.get(field)
+        label = "" if field == "__all__" else str(known.label if known and known.label else field)
+        label = label.replace("_", " ").strip()
+        for error in errors:
+            named = not label or label.split(" (")[0].lower() in str(error).lower()
+            parts.append(str(error) if named else f"{label[:1].upper()}{label[1:]}: {error}")
     return " ".join(parts)
 
 
 def _error_text(exc: ApplicationError) -> str:
+    """A service's refusal for a person: its message, and what its details add to it (the
+    details name fields for API clients; a person reads the sentence)."""
     details = exc.details or {}
-    extra = [f"{k}: {' '.join(map(str, v))}" for k, v in details.items() if isinstance(v, list)]
+    extra = [
+        str(why)
+        for value in details.values()
+        if isinstance(value, list)
+        for why in value
+        if str(why) not in ("Required.",) and str(why) not in exc.message
+    ]
     return " ".join([exc.message, *extra])
 
 
