@@ -681,6 +681,7 @@ def _settings_edit[M: Model](
     back: str,
     save: Callable[..., M],
     saved: Callable[[M], str],
+    extra: Callable[[], dict[str, Any]] = dict,
 ) -> View:
     """A setting's new-and-edit page: the form's fields and note go to its service as
     `save(user=, <name>=the stored row or None, values=)`; a refusal stays on the form (400).
@@ -707,7 +708,7 @@ def _settings_edit[M: Model](
         if result is not None:
             messages.success(request, saved(result))
             return HttpResponseRedirect(reverse(back))
-        context = {"nav": "policies", "form": form, name: stored}
+        context = {"nav": "policies", "form": form, name: stored, **extra()}
         status = 400 if request.method == "POST" else 200
         return render(request, f"review/{name}_form.html", context, status=status)
 
@@ -722,8 +723,37 @@ policy_edit = _settings_edit(
     "policy",
     "review:policies",
     services.budget_policy_save,
-    lambda policy: f"Policy “{policy.name}” saved; new runs of its agents use it.",
+    lambda policy: (
+        f"Policy “{policy.name}” saved; new runs of "
+        + ("agents without a policy of their own" if policy.is_default else "its agent")
+        + " use it."
+    ),
+    # the page says which policy is the default now: ticking the box takes it over
+    lambda: {"default_policy": BudgetPolicy.objects.filter(is_default=True).first()},
 )
+
+
+@require_http_methods(["GET", "POST"])
+@require_perm("manage_policies")
+def policy_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    """Deleting asks first and says what follows; a POST without `confirm=yes` asks again."""
+    policy = get_object_or_404(BudgetPolicy, pk=pk)
+    if request.method == "GET" or request.POST.get("confirm") != "yes":
+        return render(request, "review/policy_delete.html", {"nav": "policies", "policy": policy})
+    name = _tell(
+        request,
+        lambda: services.budget_policy_delete(
+            user=request.user,  # type: ignore[arg-type]
+            policy_id=pk,
+            note=request.POST.get("note", ""),
+        ),
+        lambda name: f"Policy “{name}” deleted; runs keep the limits they copied.",
+    )
+    if name is None:
+        return HttpResponseRedirect(reverse("review:policy_delete", args=[pk]))
+    return HttpResponseRedirect(reverse("review:policies"))
+
+
 approval_rules = _settings_list(
     "review/approval_rules.html", "rules", ApprovalRule.objects.order_by("agent", "tool_pattern")
 )
