@@ -477,7 +477,7 @@ def print_told(round_no: int, url: str) -> None:
         agent="support", external_id__regex=rf"^ticket:T-{round_no}\d{{3}}$"
     ).order_by("external_id", "created_at")
     for external_id, status in runs.values_list("external_id", "status"):
-        print(f"  {external_id.removeprefix('ticket:')}  {status}", flush=True)
+        print(f"  {(external_id or '').removeprefix('ticket:')}  {status}", flush=True)
     print(f"Review queue: {url}/queue/  (log in as supervisor)", flush=True)
 
 
