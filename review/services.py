@@ -664,8 +664,6 @@ def review_token_create(
     name = name.strip()
     if not name:
         raise invalid("name", "A token needs a name.", "Required.")
-    for agent in agents:
-        _agent_check(agent)
     with transaction.atomic():
         token, raw = worker_token_create(
             name=name,

@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from runs.api_errors import invalid
 from runs.authentication import forget_principal, generate_token, hash_token
+from runs.constants import AGENT_NAME_RULE, agent_name_valid
 from runs.models import TokenScope, WorkerToken
 
 
@@ -24,6 +25,10 @@ def worker_token_create(
     if unknown:
         raise invalid("scope", f"Unknown scope {unknown[0]!r}.", f"One of {TokenScope.values}.")
     names = sorted({a.strip() for a in agents if a.strip()})
+    bad = [a for a in names if not agent_name_valid(a)]
+    if bad:
+        message = f"Not an agent name: {bad[0]} ({AGENT_NAME_RULE})."
+        raise invalid("agents", message, message)
     scope = " ".join([TokenScope.WORKER, *sorted(set(scopes) - {TokenScope.WORKER})])
     raw = raw or generate_token()
     try:

@@ -89,3 +89,14 @@ def test_a_limit_below_its_minimum_gets_one_message_whatever_the_value(value: st
     for name in ("steps", "tokens", "wall_seconds"):
         assert raised.errors[name] == ["Must be at least 1."]
     assert policy.errors["max_recoveries"] == ["Must be 0 or more."]
+
+
+def test_create_worker_token_refuses_an_agent_name_and_a_live_tokens_name() -> None:
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="Not an agent name: support team"):
+        call_command("create_worker_token", "pods", "--agent", "support team")
+    call_command("create_worker_token", "pods")
+    with pytest.raises(CommandError, match="in use already"):
+        call_command("create_worker_token", "pods")
+    assert WorkerToken.objects.filter(name="pods").count() == 1
