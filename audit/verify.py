@@ -37,6 +37,17 @@ from runs.canonical import GENESIS_HASH, canonical_json, event_body, event_hash
 
 FORMAT = "intentledger.export"
 VERSION = 1
+# What an auditor copies out of the checkout to verify on a machine with nothing but Python 3.12+
+# and `pip install cryptography` (folders kept): `python -m audit.verify FILE --public-key KEY`
+OFFLINE_FILES = (
+    "audit/__init__.py",
+    "audit/verify.py",
+    "audit/merkle.py",
+    "runs/__init__.py",
+    "runs/binding.py",
+    "runs/canonical.py",
+    "runs/vocabulary.py",
+)
 _RUN_ID = re.compile(rb'"id":"([0-9a-f-]{36})"')
 
 

@@ -39,6 +39,7 @@ from audit.retention import (
     retention_purge,
 )
 from audit.signing import public_key_text, signing_key_id, signing_public_key
+from audit.verify import OFFLINE_FILES
 from review.audit import audit_record
 from review.views import run_page_post
 from runs import clock
@@ -106,6 +107,7 @@ def exports(request: HttpRequest) -> HttpResponseBase:
             "alerts": _open_alerts(),
             "sync_max": settings.AUDIT_EXPORT_SYNC_MAX_RUNS,
             "ttl_hours": settings.AUDIT_EXPORT_TTL_HOURS,
+            "offline_files": OFFLINE_FILES,
             "nav": "exports",
             "is_admin": is_admin(request.user),
         },

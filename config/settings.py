@@ -29,6 +29,36 @@ def env_int(name: str, default: int) -> int:
     return default if value in (None, "") else int(value)
 
 
+def running_demo_env() -> dict[str, str]:
+    """The settings of the demo running from this checkout (scripts/demo writes them to
+    .demo/runtime.env and holds .demo/lock while it runs), so that `manage.py createsuperuser`
+    and the other commands run here reach the demo's database. Only when DATABASE_URL is unset,
+    and only while the demo runs: a file a killed demo left behind is ignored."""
+    import fcntl
+    import sys
+
+    runtime = BASE_DIR / ".demo" / "runtime.env"
+    if os.environ.get("DATABASE_URL") or not runtime.exists():
+        return {}
+    try:
+        with open(BASE_DIR / ".demo" / "lock", "rb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)  # granted: no demo holds it
+            return {}
+    except BlockingIOError:
+        pass  # the demo holds it
+    except OSError:
+        return {}
+    values = dict(line.split("=", 1) for line in runtime.read_text().splitlines() if "=" in line)
+    print(
+        f"config.settings: DATABASE_URL is unset; using the running demo's ({runtime})",
+        file=sys.stderr,
+    )
+    return values
+
+
+for _name, _value in running_demo_env().items():
+    os.environ.setdefault(_name, _value)
+
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:

@@ -10,18 +10,86 @@ replays. Waiting for a person (needs_review until the run resumed or ended) is a
 Pure functions of rows: no queries here (the selector reads the rows, the template tag draws).
 """
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from runs.vocabulary import EventType
 
-WIDTH = 1000  # viewBox units of the plot area
-LABEL = 190  # left gutter for step names
-ROW = 12  # one step's row
-BAR = 8
-HEAD = 44  # top area: marks and epoch bands' labels
+# The SVG is drawn at its own size (one viewBox unit is one CSS pixel; the card scrolls it when
+# the window is narrower), so the font sizes below are what a reader sees.
+LABEL = 210  # left gutter for step names
+WIDTH = 840  # the plot area
+RIGHT = 150  # right margin: notes after the last bars, labels of marks near the end
+ROW = 18  # one step's row
+BAR = 10
+FONT = 12  # step names, mark labels (px)
+SMALL = 11  # ticks, band labels, notes (px)
+CHAR = 0.62  # a character's width in ems, a generous estimate for system-ui (bold included)
+LABEL_ROW = 16  # one row of mark labels above the plot
+# a run that may still move (a worker holds it, or may take it): its axis runs to now; any other
+# run (waiting for a person, stopped by its budget, finished) ends at its last event
+MOVING_STATUSES = frozenset({"pending", "running", "interrupted"})
+
+
+@dataclass(frozen=True)
+class PlacedLabel:
+    x: float  # the text's anchor point
+    anchor: str  # start | end (SVG text-anchor)
+    row: int  # 0: the first row
+    text: str  # cut with "…" when the whole label does not fit
+    left: float  # the extent the text is estimated to cover
+    right: float
+
+
+def text_width(text: str, size: float) -> float:
+    return len(text) * size * CHAR
+
+
+def text_fit(text: str, room: float, size: float) -> str:
+    """`text`, or as much of it as fits in `room` px followed by "…" ("" when not even that)."""
+    if text_width(text, size) <= room:
+        return text
+    keep = math.floor(room / (size * CHAR)) - 1
+    return text[:keep].rstrip() + "…" if keep >= 3 else ""
+
+
+def labels_layout(
+    labels: Sequence[tuple[float, str]],
+    *,
+    left: float,
+    right: float,
+    size: float = FONT,
+    gap: float = 10.0,
+) -> list[PlacedLabel]:
+    """Labels pinned to x positions, laid out in rows so that none overlaps another: each goes
+    in the first row where it touches no label placed before it (left to right). A label starts
+    at its x, or ends there when it would run past `right`; one wider than left..right is cut."""
+    rows: list[list[tuple[float, float]]] = []
+    placed: dict[int, PlacedLabel] = {}
+    for i in sorted(range(len(labels)), key=lambda k: labels[k][0]):
+        x, text = labels[i]
+        text = text_fit(text, right - left, size)
+        width = text_width(text, size)
+        anchor, x0 = "start", x
+        if x0 + width > right:
+            anchor, x0 = "end", x - width
+            if x0 < left:  # neither way fits: start at the left edge
+                anchor, x0 = "start", left
+        x0 = max(x0, left)
+        x1 = x0 + width
+        free = (
+            n for n, row in enumerate(rows) if all(x1 + gap <= a or b + gap <= x0 for a, b in row)
+        )
+        row_no = next(free, len(rows))
+        if row_no == len(rows):
+            rows.append([])
+        rows[row_no].append((x0, x1))
+        at = x0 if anchor == "start" else x0 + width
+        placed[i] = PlacedLabel(at, anchor, row_no, text, x0, x1)
+    return [placed[i] for i in range(len(labels))]
 
 
 @dataclass(frozen=True)
@@ -79,10 +147,6 @@ class Timeline:
         span = (self.end - self.start).total_seconds() or 1.0
         return LABEL + WIDTH * max(0.0, min(1.0, (at - self.start).total_seconds() / span))
 
-    @property
-    def height(self) -> int:
-        return HEAD + ROW * max(len(self.bars), 1) + 22
-
 
 def timeline_build(
     *,
@@ -96,15 +160,18 @@ def timeline_build(
     steps = list(steps)
     events = list(events)
     key_replays = key_replays or {}
-    end_candidates = [run.finished_at or now, *(e.at for e in events[-1:])]
-    end_candidates += [s.outcome_at for s in steps if s.outcome_at]
+    moving = run.status in MOVING_STATUSES and run.finished_at is None
     start_candidates = [run.created_at, *(s.intent_at for s in steps)]
     start = min(start_candidates)
+    # a stopped run's axis ends at its last event: hours of waiting would crush its steps
+    end_candidates = [now if moving else (run.finished_at or start), *(e.at for e in events[-1:])]
+    end_candidates += [s.outcome_at for s in steps if s.outcome_at]
+    end_candidates += [s.intent_at for s in steps]
     end = max(end_candidates)
     if end <= start:
         end = start + timedelta(seconds=1)
     tl = Timeline(start=start, end=end)
-    live_end = run.finished_at or now
+    live_end = end  # what is still open (a lease, a wait for review) is drawn to the axis' end
 
     # epochs, crash points and recoveries, reviews, cancel and forks, from the events
     replayed_below = 0
@@ -166,7 +233,7 @@ def timeline_build(
     if epoch_open:
         tl.bands.append(Band("epoch", epoch_open[0], live_end, epoch_open[1]))
     if review_open:
-        tl.bands.append(Band("review", review_open, live_end, "waiting for review"))
+        tl.bands.append(Band("review", review_open, live_end, "waiting for review, still"))
 
     previous_end: datetime | None = None
     for s in steps:
@@ -213,12 +280,19 @@ def _n(value: float) -> str:
 
 def timeline_geometry(tl: Timeline, *, now: datetime) -> dict[str, Any]:
     """Coordinates for the SVG template: every number computed here, none in the template."""
-    top = HEAD
-    bottom = HEAD + ROW * max(len(tl.bars), 1)
+    plot_right = LABEL + WIDTH
+    view_width = plot_right + RIGHT
+    mark_labels = labels_layout(
+        [(tl.x(m.at), _mark_text(m)) for m in tl.marks], left=4, right=view_width - 4
+    )
+    marks_h = LABEL_ROW * (max((p.row for p in mark_labels), default=-1) + 1)
+    band_label_y = marks_h + SMALL + 3
+    top = band_label_y + 9
+    bottom = top + ROW * max(len(tl.bars), 1)
     bars = []
     for row, b in enumerate(tl.bars):
         x0 = tl.x(b.start)
-        x1 = tl.x(b.end or now)
+        x1 = tl.x(b.end or tl.end)
         y = top + row * ROW
         tip = f"#{b.index} {b.name} ({b.kind}, {b.effect}): {b.state}"
         if b.end is not None:
@@ -233,32 +307,55 @@ def timeline_geometry(tl: Timeline, *, now: datetime) -> dict[str, Any]:
             tip += f" · {b.gateway_replays} gateway replay(s), not redone"
         if b.executions > 1:
             tip += f" · {b.executions} executions"
+        note = ""
+        if b.replayed:
+            note = "↺ not redone"
+        elif b.copied:
+            note = "⧉ copied"
+        elif b.gateway_replays:
+            note = f"gateway replay ×{b.gateway_replays}"
+        after = max(x1, x0 + 2) + 4
+        note_anchor = "start"
+        if note and after + text_width(note, SMALL) > view_width - 4:  # before the bar instead
+            after, note_anchor = x0 - 4, "end"
         bars.append(
             {
                 "bar": b,
                 "x": _n(round(x0, 1)),
                 "width": _n(round(max(x1 - x0, 2.0), 1)),
                 "y": _n(y + (ROW - BAR) / 2),
-                "text_y": _n(y + ROW - 3),
-                "label": f"{b.index} {b.name}"[:30],
+                "text_y": _n(y + ROW - 5),
+                "label": text_fit(f"{b.index} {b.name}", LABEL - 12, FONT),
                 "tip": tip,
                 "open": b.end is None,
-                "after_x": _n(round(max(x1, x0 + 2) + 3, 1)),
+                "note": note,
+                "note_anchor": note_anchor,
+                "after_x": _n(round(after, 1)),
             }
         )
-    bands = [
-        {
-            "band": band,
-            "x": round(tl.x(band.start), 1),
-            "width": round(max(tl.x(band.end) - tl.x(band.start), 1.0), 1),
-            "label_x": round(tl.x(band.start) + 3, 1),
-            "even": i % 2 == 0,
-        }
-        for i, band in enumerate(tl.bands)
-    ]
+    bands = []
+    for i, band in enumerate(tl.bands):
+        x0, x1 = tl.x(band.start), tl.x(band.end)
+        bands.append(
+            {
+                "band": band,
+                "x": round(x0, 1),
+                "width": round(max(x1 - x0, 1.0), 1),
+                "label_x": round(x0 + 3, 1),
+                "label": text_fit(band.label, max(x1 - x0, 1.0) - 6, SMALL),
+                "even": i % 2 == 0,
+            }
+        )
     marks = [
-        {"mark": m, "x": round(tl.x(m.at), 1), "label_y": 12 + 11 * (i % 2)}
-        for i, m in enumerate(tl.marks)
+        {
+            "mark": m,
+            "x": round(tl.x(m.at), 1),
+            "label": placed.text,
+            "label_x": round(placed.x, 1),
+            "anchor": placed.anchor,
+            "label_y": LABEL_ROW * placed.row + FONT,
+        }
+        for m, placed in zip(tl.marks, mark_labels, strict=True)
     ]
     ticks = []
     span = (tl.end - tl.start).total_seconds()
@@ -273,17 +370,21 @@ def timeline_geometry(tl: Timeline, *, now: datetime) -> dict[str, Any]:
         "ticks": ticks,
         "top": top,
         "bottom": bottom,
-        "height": bottom + 22,
-        "view_width": LABEL + WIDTH + 10,
+        "height": bottom + 26,
+        "view_width": view_width,
         "plot_left": LABEL,
-        "plot_right": LABEL + WIDTH,
-        "axis_y": bottom + 14,
-        "band_y": top - 8,
-        "band_h": bottom - top + 8,
-        "band_label_y": top - 10,
-        "mark_y1": top - 4,
+        "plot_right": plot_right,
+        "axis_y": bottom + 17,
+        "band_y": top - 6,
+        "band_h": bottom - top + 6,
+        "band_label_y": band_label_y,
+        "mark_y1": marks_h + 2,
         "name_x": LABEL - 6,
     }
+
+
+def _mark_text(mark: Mark) -> str:
+    return {"crash": "✕ ", "recovery": "↻ "}.get(mark.kind, "") + mark.label
 
 
 def _tick(seconds: float) -> str:

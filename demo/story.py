@@ -466,7 +466,22 @@ def wait_web(url: str, timeout: float = 120.0) -> None:
     raise RuntimeError(f"{url} did not answer within {timeout:.0f}s (see .demo/logs/web.log)")
 
 
-def run_story(*, url: str, started: float, no_story: bool = False) -> None:
+def print_told(round_no: int, url: str) -> None:
+    """A restart: the story of the latest round is in the database already; where it stands."""
+    print(
+        f"==> the story is already in this database (round {round_no}); it is not told again "
+        "(scripts/demo --new-story tells another round, scripts/demo --reset starts afresh)",
+        flush=True,
+    )
+    runs = Run.objects.filter(
+        agent="support", external_id__regex=rf"^ticket:T-{round_no}\d{{3}}$"
+    ).order_by("external_id", "created_at")
+    for external_id, status in runs.values_list("external_id", "status"):
+        print(f"  {(external_id or '').removeprefix('ticket:')}  {status}", flush=True)
+    print(f"Review queue: {url}/queue/  (log in as supervisor)", flush=True)
+
+
+def run_story(*, url: str, started: float, no_story: bool = False, again: bool = False) -> None:
     wait_web(url)
     print(f"Agent Ledger is running at {url}/", flush=True)
     print(f"Dashboard: {url}/ (log in at {url}/login/); review queue: {url}/queue/", flush=True)
@@ -474,9 +489,13 @@ def run_story(*, url: str, started: float, no_story: bool = False) -> None:
     print(f"Ready {time.time() - started:.1f}s after the command.", flush=True)
     if no_story:
         return
+    round_no = next_round()
+    if round_no > 1 and not again:  # a restart: the same story with new tickets helps nobody
+        print_told(round_no - 1, url)
+        return
 
     env = {**os.environ, "INTENTLEDGER_URL": url}
-    story = Story(round_no=next_round(), url=url)
+    story = Story(round_no=round_no, url=url)
     tickets = story_tickets(story.round_no)
     by_role = {t.role: t for t in tickets}
     print(

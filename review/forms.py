@@ -8,7 +8,13 @@ from django import forms
 
 from review.selectors import RunFilters
 from review.services import POLICY_FIELDS, RULE_FIELDS
-from runs.constants import BUDGET_LIMITS, Resolution, RunStatus
+from runs.constants import (
+    AGENT_NAME_RULE,
+    BUDGET_LIMITS,
+    Resolution,
+    RunStatus,
+    agent_name_valid,
+)
 from runs.models import ApprovalRule, BudgetPolicy
 
 
@@ -57,6 +63,48 @@ def note_field(
         error_messages={"required": required},
         widget=widget or forms.Textarea(attrs={"rows": 3}),
     )
+
+
+AT_LEAST_ONE = "Must be at least 1."
+ZERO_OR_MORE = "Must be 0 or more."
+MORE_THAN_ZERO = "Must be more than 0, or empty for no cost limit."
+
+
+def limits_worded_alike(
+    form: forms.BaseForm,
+    *,
+    at_least_one: tuple[str, ...] = (),
+    zero_or_more: tuple[str, ...] = (),
+    cost: tuple[str, ...] = (),
+) -> None:
+    """One rule and one wording per budget limit on every form that takes limits (a policy, a
+    run's raised limits): a minimum the field checks itself, so no other message contradicts it."""
+    from django.core.validators import MinValueValidator
+
+    for names, minimum, message in (
+        (at_least_one, 1, AT_LEAST_ONE),
+        (zero_or_more, 0, ZERO_OR_MORE),
+    ):
+        for name in names:
+            field = form.fields[name]
+            assert isinstance(field, forms.IntegerField)
+            field.min_value = minimum
+            field.validators = [
+                v for v in field.validators if not isinstance(v, MinValueValidator)
+            ] + [MinValueValidator(minimum, message)]
+            field.widget.attrs["min"] = str(minimum)
+    for name in cost:
+        field = form.fields[name]
+        assert isinstance(field, forms.DecimalField)
+        field.min_value = None
+        field.validators = [v for v in field.validators if not isinstance(v, MinValueValidator)]
+        field.widget.attrs.pop("min", None)
+
+
+def cost_checked(form: forms.BaseForm, data: dict[str, Any], name: str) -> None:
+    cost = data.get(name)
+    if cost is not None and cost <= 0:
+        form.add_error(name, MORE_THAN_ZERO)
 
 
 class ResolveForm(forms.Form):
@@ -117,8 +165,17 @@ class ApprovalRuleForm(AuditedModelForm):
             "approvals_required": forms.Select(choices=[(1, "1 person"), (2, "2 different people")])
         }
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["tool_pattern"].error_messages["required"] = (
+            "Name a tool, or a pattern such as email.*"
+        )
+
     def clean_agent(self) -> str:
-        return (self.cleaned_data.get("agent") or "").strip()
+        agent = (self.cleaned_data.get("agent") or "").strip()
+        if agent and not agent_name_valid(agent):
+            raise forms.ValidationError(f"Not an agent name: {agent} ({AGENT_NAME_RULE}).")
+        return agent
 
     def clean_tool_pattern(self) -> str:
         pattern = (self.cleaned_data.get("tool_pattern") or "").strip()
@@ -196,8 +253,18 @@ class LimitsForm(forms.Form):
     recoveries = forms.IntegerField(required=False, min_value=0)
     note = note_field()
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        limits_worded_alike(
+            self,
+            at_least_one=("steps", "tokens", "wall_seconds"),
+            zero_or_more=("recoveries",),
+            cost=("cost_usd",),
+        )
+
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        cost_checked(self, data, "cost_usd")
         if not self.errors and all(data.get(n) is None for n in BUDGET_LIMITS):
             raise forms.ValidationError("Give at least one new limit.")
         return data
@@ -218,18 +285,23 @@ class PolicyForm(AuditedModelForm):
 
     def clean_agent(self) -> str | None:
         agent = (self.cleaned_data.get("agent") or "").strip()
+        if agent and not agent_name_valid(agent):
+            raise forms.ValidationError(f"Not an agent name: {agent} ({AGENT_NAME_RULE}).")
         return agent or None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        limits_worded_alike(
+            self,
+            at_least_one=("max_steps", "max_tokens", "max_wall_seconds"),
+            zero_or_more=("max_recoveries",),
+            cost=("max_cost_usd",),
+        )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         # whether a policy needs an agent is budget_policy_save's rule, not the form's
-        for name in ("max_steps", "max_tokens", "max_wall_seconds"):
-            value = data.get(name)
-            if value is not None and value < 1:
-                self.add_error(name, "Must be at least 1.")
-        cost = data.get("max_cost_usd")
-        if cost is not None and cost <= 0:
-            self.add_error("max_cost_usd", "Must be more than 0, or empty for no cost limit.")
+        cost_checked(self, data, "max_cost_usd")
         return data
 
     def validate_constraints(self) -> None:
@@ -262,9 +334,9 @@ class TokenForm(forms.Form):
 
     def clean_agents(self) -> list[str]:
         names = [a.strip() for a in self.cleaned_data.get("agents", "").split(",") if a.strip()]
-        bad = [a for a in names if not re.fullmatch(r"[A-Za-z0-9_.:\-]{1,100}", a)]
+        bad = [a for a in names if not agent_name_valid(a)]
         if bad:
-            raise forms.ValidationError(f"Not an agent name: {bad[0]}")
+            raise forms.ValidationError(f"Not an agent name: {bad[0]} ({AGENT_NAME_RULE}).")
         return names
 
 

@@ -27,7 +27,15 @@ from review.models import AuditEntry, Escalation, EscalationWebhook, LoginFailur
 from review.roles import SUPERVISORS
 from runs import clock
 from runs.api_errors import ApplicationError, invalid, note_required
-from runs.constants import BUDGET_LIMITS, EnforcedBy, Resolution, RunStatus, StepState
+from runs.constants import (
+    AGENT_NAME_RULE,
+    BUDGET_LIMITS,
+    EnforcedBy,
+    Resolution,
+    RunStatus,
+    StepState,
+    agent_name_valid,
+)
 from runs.models import ApprovalRule, BudgetPolicy, Run, Step, TokenScope, WorkerToken
 from runs.services import (
     approval_expire_if_due,
@@ -439,7 +447,7 @@ def _setting_values(setting: Model, fields: Iterable[str]) -> dict[str, Any]:
 
 def _setting_save[M: Model](
     *,
-    user: AbstractBaseUser,
+    user: AbstractBaseUser | str,
     stored: M | None,
     blank: M,
     fields: tuple[str, ...],
@@ -474,9 +482,20 @@ def _setting_save[M: Model](
         return target
 
 
+def _agent_check(agent: str | None) -> None:
+    """An agent name as a run, a token, a policy and an approval rule all take it."""
+    if agent and not agent_name_valid(agent):
+        raise invalid(
+            "agent",
+            f"Not an agent name: {agent} ({AGENT_NAME_RULE}).",
+            f"Not an agent name: {agent} ({AGENT_NAME_RULE}).",
+        )
+
+
 def _policy_check(policy: BudgetPolicy) -> None:
     """A policy belongs to one agent or is the default; a new default takes the flag over."""
     policy.agent = (policy.agent or "").strip() or None
+    _agent_check(policy.agent)
     if policy.is_default and policy.agent:
         raise ApplicationError(
             "validation_error",
@@ -492,17 +511,49 @@ def _policy_check(policy: BudgetPolicy) -> None:
             "A policy belongs to an agent or is the default.",
             "Assign the policy to an agent, or make it the default.",
         )
-    if policy.is_default:
-        BudgetPolicy.objects.filter(is_default=True).exclude(pk=policy.pk).update(is_default=False)
+
+
+def _default_replace(user: AbstractBaseUser | str, policy: BudgetPolicy) -> None:
+    """A new default takes the flag over from the old one, whose change is audited on its own
+    (`policy.update`, is_default true → false): the old default then applies to no agent."""
+    if not policy.is_default:
+        return
+    olds = BudgetPolicy.objects.select_for_update().filter(is_default=True).exclude(pk=policy.pk)
+    for old in olds:
+        before = _setting_values(old, POLICY_FIELDS)
+        old.is_default = False
+        old.save(update_fields=["is_default", "updated_at"])
+        audit_record(
+            actor=user,
+            action="policy.update",
+            target=f"policy:{old.pk}",
+            note=f"No longer the default: “{policy.name}” is. It applies to no agent now.",
+            details={"before": before, "after": _setting_values(old, POLICY_FIELDS)},
+        )
 
 
 def budget_policy_save(
-    *, user: AbstractBaseUser, policy: BudgetPolicy | None, values: dict[str, Any]
+    *, user: AbstractBaseUser | str, policy: BudgetPolicy | None, values: dict[str, Any]
 ) -> BudgetPolicy:
-    """Create or edit a policy; making it the default moves the default flag onto it.
+    """Create or edit a policy; making it the default moves the default flag onto it (the old
+    default's change is an audit entry of its own).
 
     Running runs keep the limits they copied; this only affects runs created afterwards.
     """
+
+    def check(target: BudgetPolicy) -> None:
+        _policy_check(target)
+        _default_replace(user, target)
+
+    def conflict(exc: IntegrityError) -> ApplicationError:
+        taken = "agent" if "agent" in str(exc) else "name"
+        value = values.get(taken)
+        return invalid(
+            taken,
+            f"Another policy has this {taken} already ({value}): edit that one instead.",
+            f"Another policy has this {taken} already.",
+        )
+
     return _setting_save(
         user=user,
         stored=policy,
@@ -510,13 +561,29 @@ def budget_policy_save(
         fields=POLICY_FIELDS,
         values=values,
         kind="policy",
-        conflict=lambda exc: invalid(
-            "policy",
-            "The policy conflicts with another one (name or agent already used).",
-            str(exc).splitlines()[0],
-        ),
-        check=_policy_check,
+        conflict=conflict,
+        check=check,
     )
+
+
+def budget_policy_delete(*, user: AbstractBaseUser, policy_id: int, note: str = "") -> str:
+    """Delete a policy, audited with its limits (`policy.delete`); its name. Runs keep the
+    limits they copied. New runs of its agent get the default policy's limits; deleting the
+    default, new runs of agents without their own policy are refused (`no_budget_policy`)."""
+    with transaction.atomic():
+        policy = BudgetPolicy.objects.select_for_update().filter(pk=policy_id).first()
+        if policy is None:
+            raise ApplicationError("not_found", "No such policy.", status_code=404)
+        values = _setting_values(policy, POLICY_FIELDS)
+        policy.delete()
+        audit_record(
+            actor=user,
+            action="policy.delete",
+            target=f"policy:{policy_id}",
+            note=note,
+            details={"before": values},
+        )
+        return str(values["name"])
 
 
 # --- approval rules ----------------------------------------------------------------------------
@@ -541,7 +608,13 @@ def approval_rule_save(
             "A rule for this agent and tool pattern exists already.",
             "Already has a rule.",
         ),
+        check=_rule_check,
     )
+
+
+def _rule_check(rule: ApprovalRule) -> None:
+    rule.agent = (rule.agent or "").strip()
+    _agent_check(rule.agent)
 
 
 # --- MCP upstream tools --------------------------------------------------------------------------

@@ -30,6 +30,7 @@ urlpatterns: list[URLPattern] = [
     path("approval-rules/<int:pk>/", views.approval_rule_edit, name="approval_rule_edit"),
     path("policies/new", views.policy_edit, name="policy_new"),
     path("policies/<int:pk>/", views.policy_edit, name="policy_edit"),
+    path("policies/<int:pk>/delete", views.policy_delete, name="policy_delete"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke", views.token_revoke, name="token_revoke"),
     path("mcp-tools/", views.mcp_tools, name="mcp_tools"),

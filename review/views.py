@@ -227,13 +227,28 @@ def _transcript_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         for s in steps
     ]
     budget = budget_of(run)
-    wall_used = int(((run.finished_at or clock.now()) - run.created_at).total_seconds())
+    now = clock.now()
+    wall_used = int(((run.finished_at or now) - run.created_at).total_seconds())
+    # a lease is current only while a live run's holder may still write: a stopped run, or one
+    # whose lease ran out, shows who held it last and when that ended
+    lease_current = bool(
+        run.lease_worker
+        and run.lease_expires_at
+        and run.lease_expires_at > now
+        and run.status in LIVE_STATUSES
+        and run.status != RunStatus.NEEDS_REVIEW
+    )
     has_unknown = any(s.state == StepState.UNKNOWN for s in steps)
     return {
         "nav": "runs",
         "run": run,
         "budget": budget,
         "wall_used": wall_used,
+        # waiting for a person stops no clock: the deadline is the creation time plus the limit
+        "wall_label": "wall clock s (runs on while it waits)"
+        if run.status == RunStatus.NEEDS_REVIEW
+        else "wall clock s",
+        "lease_current": lease_current,
         "step_rows": step_rows,
         "events": events,
         "history": selectors.run_history(events),
@@ -352,16 +367,30 @@ run_limits = run_page_post(
 
 
 def _form_errors(form: Any) -> str:
+    """A form's errors as one message for a person: each after its field's label (never the
+    field's name in the code), unless the sentence names the field itself."""
     parts: list[str] = []
     for field, errors in form.errors.items():
-        label = "" if field == "__all__" else f"{field}: "
-        parts.extend(f"{label}{e}" for e in errors)
+        known = form.fields.get(field)
+        label = "" if field == "__all__" else str(known.label if known and known.label else field)
+        label = label.replace("_", " ").strip()
+        for error in errors:
+            named = not label or label.split(" (")[0].lower() in str(error).lower()
+            parts.append(str(error) if named else f"{label[:1].upper()}{label[1:]}: {error}")
     return " ".join(parts)
 
 
 def _error_text(exc: ApplicationError) -> str:
+    """A service's refusal for a person: its message, and what its details add to it (the
+    details name fields for API clients; a person reads the sentence)."""
     details = exc.details or {}
-    extra = [f"{k}: {' '.join(map(str, v))}" for k, v in details.items() if isinstance(v, list)]
+    extra = [
+        str(why)
+        for value in details.values()
+        if isinstance(value, list)
+        for why in value
+        if str(why) not in ("Required.",) and str(why) not in exc.message
+    ]
     return " ".join([exc.message, *extra])
 
 
@@ -665,6 +694,7 @@ def _settings_edit[M: Model](
     back: str,
     save: Callable[..., M],
     saved: Callable[[M], str],
+    extra: Callable[[], dict[str, Any]] = dict,
 ) -> View:
     """A setting's new-and-edit page: the form's fields and note go to its service as
     `save(user=, <name>=the stored row or None, values=)`; a refusal stays on the form (400).
@@ -691,7 +721,7 @@ def _settings_edit[M: Model](
         if result is not None:
             messages.success(request, saved(result))
             return HttpResponseRedirect(reverse(back))
-        context = {"nav": "policies", "form": form, name: stored}
+        context = {"nav": "policies", "form": form, name: stored, **extra()}
         status = 400 if request.method == "POST" else 200
         return render(request, f"review/{name}_form.html", context, status=status)
 
@@ -706,8 +736,37 @@ policy_edit = _settings_edit(
     "policy",
     "review:policies",
     services.budget_policy_save,
-    lambda policy: f"Policy “{policy.name}” saved; new runs of its agents use it.",
+    lambda policy: (
+        f"Policy “{policy.name}” saved; new runs of "
+        + ("agents without a policy of their own" if policy.is_default else "its agent")
+        + " use it."
+    ),
+    # the page says which policy is the default now: ticking the box takes it over
+    lambda: {"default_policy": BudgetPolicy.objects.filter(is_default=True).first()},
 )
+
+
+@require_http_methods(["GET", "POST"])
+@require_perm("manage_policies")
+def policy_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    """Deleting asks first and says what follows; a POST without `confirm=yes` asks again."""
+    policy = get_object_or_404(BudgetPolicy, pk=pk)
+    if request.method == "GET" or request.POST.get("confirm") != "yes":
+        return render(request, "review/policy_delete.html", {"nav": "policies", "policy": policy})
+    name = _tell(
+        request,
+        lambda: services.budget_policy_delete(
+            user=request.user,  # type: ignore[arg-type]
+            policy_id=pk,
+            note=request.POST.get("note", ""),
+        ),
+        lambda name: f"Policy “{name}” deleted; runs keep the limits they copied.",
+    )
+    if name is None:
+        return HttpResponseRedirect(reverse("review:policy_delete", args=[pk]))
+    return HttpResponseRedirect(reverse("review:policies"))
+
+
 approval_rules = _settings_list(
     "review/approval_rules.html", "rules", ApprovalRule.objects.order_by("agent", "tool_pattern")
 )

@@ -20,6 +20,8 @@ from runs.access import agent_check_allowed, run_check_visible
 from runs.api_errors import error_response
 from runs.authentication import actor_of
 from runs.constants import (
+    AGENT_NAME_MAX,
+    AGENT_NAME_REGEX,
     BUDGET_LIMITS,
     Effect,
     EnforcedBy,
@@ -203,7 +205,7 @@ COMMON = (400, 401, 404, 413)
 class RunCreateApi(APIView):
     @extend_schema_serializer(component_name="RunCreateInput")
     class InputSerializer(serializers.Serializer):
-        agent = serializers.RegexField(r"^[A-Za-z0-9_.:\-]+$", max_length=100)
+        agent = serializers.RegexField(AGENT_NAME_REGEX, max_length=AGENT_NAME_MAX)
         input = AnyJSONField(default=dict)
         external_id = serializers.CharField(
             max_length=200, required=False, allow_null=True, default=None

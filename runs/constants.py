@@ -80,6 +80,19 @@ class ApprovalOutcome(models.TextChoices):
     EXPIRED = "expired"
 
 
+# An agent's name, wherever one is given (a run, a token's agents, a policy, an approval rule):
+# letters, digits and _ . : - (the run API's pattern), at most 100 characters
+AGENT_NAME_REGEX = r"^[A-Za-z0-9_.:\-]+$"
+AGENT_NAME_MAX = 100
+AGENT_NAME_RULE = "letters, digits and _ . : - only, at most 100 characters"
+
+
+def agent_name_valid(name: str) -> bool:
+    import re
+
+    return len(name) <= AGENT_NAME_MAX and re.fullmatch(AGENT_NAME_REGEX, name) is not None
+
+
 LIVE_STATUSES = frozenset(
     {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED, RunStatus.NEEDS_REVIEW}
 )

@@ -555,6 +555,17 @@ class WorkerToken(models.Model):
 
     class Meta:
         ordering = ["name", "created_at"]
+        constraints = [
+            # a name says which worker or host uses the token: two live ones of one name could
+            # not be told apart (a revoked token's name may be used again)
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=Q(revoked_at__isnull=True),
+                name="worker_token_active_name_unique",
+                violation_error_message="A token of this name is in use; revoke it first or "
+                "choose another name.",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

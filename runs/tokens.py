@@ -1,10 +1,11 @@
 """Worker token services: create (the raw token is returned once), revoke."""
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from runs.api_errors import invalid
 from runs.authentication import forget_principal, generate_token, hash_token
+from runs.constants import AGENT_NAME_RULE, agent_name_valid
 from runs.models import TokenScope, WorkerToken
 
 
@@ -24,16 +25,29 @@ def worker_token_create(
     if unknown:
         raise invalid("scope", f"Unknown scope {unknown[0]!r}.", f"One of {TokenScope.values}.")
     names = sorted({a.strip() for a in agents if a.strip()})
+    bad = [a for a in names if not agent_name_valid(a)]
+    if bad:
+        message = f"Not an agent name: {bad[0]} ({AGENT_NAME_RULE})."
+        raise invalid("agents", message, message)
     scope = " ".join([TokenScope.WORKER, *sorted(set(scopes) - {TokenScope.WORKER})])
     raw = raw or generate_token()
-    token = WorkerToken.objects.create(
-        name=name,
-        prefix=raw[:10],
-        token_hash=hash_token(raw),
-        scope=scope,
-        agents=names,
-        created_by=created_by,
-    )
+    try:
+        with transaction.atomic():
+            token = WorkerToken.objects.create(
+                name=name,
+                prefix=raw[:10],
+                token_hash=hash_token(raw),
+                scope=scope,
+                agents=names,
+                created_by=created_by,
+            )
+    except IntegrityError as exc:
+        if "worker_token_active_name_unique" not in str(exc):
+            raise
+        message = (
+            f"A token named “{name}” is in use already; revoke it first or choose another name."
+        )
+        raise invalid("name", message, message) from exc
     # a token chosen beforehand may have been tried while unknown, and this process would refuse
     # it for up to LEDGER_TOKEN_CACHE_SECONDS: it forgets that at once, as a revocation does
     forget_principal(token.token_hash)

@@ -28,6 +28,30 @@ def waiting_badge() -> str:
     )
 
 
+# what a step's state means, to finish "This step is …" (the badge shows the state itself)
+STATE_SENTENCES = {
+    "intent": "under way: its intent is journalled and no outcome yet",
+    "done": "done",
+    "error": "done, with an error",
+    "interrupted": "interrupted: its worker runs it again",
+    "unknown": "unknown: nobody knows whether it happened",
+    "abandoned": "abandoned",
+    "awaiting_approval": "waiting for approval",
+    "denied": "denied",
+}
+
+
+@register.filter
+def human(value: Any) -> str:
+    """A status or state for a person: `needs_review` → `needs review`."""
+    return str(value or "").replace("_", " ")
+
+
+@register.filter
+def state_sentence(value: Any) -> str:
+    return STATE_SENTENCES.get(str(value), human(value))
+
+
 @register.filter
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)

@@ -205,3 +205,16 @@ def test_values_beyond_64_bits_still_export(db: Any, tmp_path: Path) -> None:
     path.write_bytes(b"".join(export_jsonl(filters=ExportFilters())))
     assert verify_export_file(path, load_public_key(PUBLIC_KEY)).ok
     assert json.loads(path.read_bytes().splitlines()[1])["run"]["input"] == {"order": 2**70}
+
+
+def test_the_exports_page_tells_an_auditor_what_to_copy_to_verify_offline(
+    client_for: Callable[[str], Client],
+) -> None:
+    from audit.verify import OFFLINE_FILES
+
+    page = client_for("auditors").get("/audit/exports/").content.decode()
+
+    assert "python -m audit.verify FILE --public-key KEY" in page
+    assert "pip install cryptography" in page
+    for path in OFFLINE_FILES:
+        assert f"<li>{path}</li>" in page

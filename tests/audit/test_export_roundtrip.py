@@ -246,3 +246,34 @@ def test_the_verifier_runs_without_django_at_all(exported: Path, tmp_path: Path)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("OK")
+
+
+@pytest.mark.slow  # a verifier process of its own (about 2 s)
+def test_the_files_the_exports_page_lists_are_all_the_verifier_needs(
+    exported: Path, tmp_path: Path
+) -> None:
+    """An auditor copies only audit.verify.OFFLINE_FILES (the exports page lists them) into an
+    empty folder and runs `python -m audit.verify` there, Django unimportable."""
+    from audit.verify import OFFLINE_FILES
+
+    auditor = tmp_path / "auditor"
+    for path in OFFLINE_FILES:
+        (auditor / path).parent.mkdir(parents=True, exist_ok=True)
+        (auditor / path).write_bytes((ROOT / path).read_bytes())
+    key_file = tmp_path / "public.key"
+    key_file.write_text(PUBLIC_KEY + "\n")
+    script = (
+        "import sys, runpy; sys.modules['django'] = None; "
+        "sys.argv = ['verify', sys.argv[1], '--public-key', sys.argv[2]]; "
+        "runpy.run_module('audit.verify', run_name='__main__')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(exported), str(key_file)],
+        cwd=auditor,
+        env={"PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("OK")

@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from runs import clock
+from runs.constants import RunStatus
 from runs.models import Run
 from runs.services import (
     run_complete,
     run_create,
     run_lease_acquire,
+    run_lease_expire,
     step_intent_record,
     step_outcome_record,
 )
@@ -83,9 +85,10 @@ def write_step(
 
 
 @contextmanager
-def stepping_clock() -> Iterator[Any]:
-    """The journal's clock under the test's hand: `tick(seconds)` moves it on."""
-    now = [clock.now()]
+def stepping_clock(*, hours_ago: float = 0.0) -> Iterator[Any]:
+    """The journal's clock under the test's hand: `tick(seconds)` moves it on (from `hours_ago`
+    hours before the real clock)."""
+    now = [clock.now() - timedelta(hours=hours_ago)]
 
     def tick(seconds: float) -> None:
         now[0] = now[0] + timedelta(seconds=seconds)
@@ -118,3 +121,42 @@ def evicted_at_step_12(*, steps: int = 20, crash_after: int = 12) -> Run:
         return run_complete(
             run_id=run.pk, epoch=grant.epoch, output={"ok": True}, actor="worker:pod-1"
         )
+
+
+def recovered_then_maybe_sent(*, hours_ago: float = 3.0) -> Run:
+    """A stopped run, `hours_ago` hours ago: pod-5 journals steps 0..10 and is evicted; its
+    restart recovers 50 ms later (the crash and the recovery marks almost on top of each other),
+    journals step 11, then dies inside email.send (enforced_by nobody, step 12); its lease runs
+    out and the run waits for a person since."""
+    with stepping_clock(hours_ago=hours_ago) as tick:
+        run, _ = run_create(agent="support", input={"ticket": "T-1005"}, actor="worker:pod-5")
+        epoch = run_lease_acquire(
+            run_id=run.pk, worker="pod-5", ttl_seconds=15, actor="worker:pod-5"
+        ).epoch
+        for index in range(11):
+            tick(0.6)
+            write_step(run.pk, epoch, index, actor="worker:pod-5", tick=tick)
+        tick(0.05)
+        grant = run_lease_acquire(
+            run_id=run.pk, worker="pod-5", ttl_seconds=15, actor="worker:pod-5"
+        )
+        assert grant.recovered
+        tick(0.6)
+        write_step(run.pk, grant.epoch, 11, actor="worker:pod-5")
+        tick(0.4)
+        step_intent_record(
+            run_id=run.pk,
+            epoch=grant.epoch,
+            index=12,
+            kind="tool",
+            name="email.send",
+            effect="write",
+            enforced_by="nobody",
+            arguments={"to": "alan@example.com", "subject": "Your address", "body": "Done."},
+            actor="worker:pod-5",
+        )
+        tick(16)
+        run_lease_expire(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == RunStatus.NEEDS_REVIEW, run.status
+    return run

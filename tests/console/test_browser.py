@@ -9,7 +9,11 @@ from review.roles import ADMINS, SUPERVISORS
 from runs.constants import RunStatus
 from runs.models import Run, Step
 from tests.console.browser import shot
-from tests.console.factories import evicted_at_step_12, journalled_run
+from tests.console.factories import (
+    evicted_at_step_12,
+    journalled_run,
+    recovered_then_maybe_sent,
+)
 from tests.console.test_overview import fleet_of_1000
 from tests.review.browser import signed_in
 from tests.review.factories import user_in
@@ -42,6 +46,60 @@ def test_the_evicted_at_step_12_runs_timeline_shows_the_crash_and_13_replayed_st
     assert "You resolve support tickets." in page.locator("#convo-0").inner_text()
     assert "tickets.comment(" in page.locator("#convo-1").inner_text()
     shot(page, "console-timeline", selector="#timeline")
+
+
+# every text of the timeline as the reader sees it: its font size in screen pixels and its box
+TIMELINE_TEXTS = """() => {
+  const svg = document.querySelector('svg.timeline');
+  const scale = svg.getScreenCTM().a;
+  const frame = svg.getBoundingClientRect();
+  const texts = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim());
+  return {
+    frame: {left: frame.left, right: frame.right, top: frame.top, bottom: frame.bottom},
+    texts: texts.map(t => {
+      const box = t.getBoundingClientRect();
+      return {
+        text: t.textContent, cls: t.getAttribute('class') || t.parentNode.getAttribute('class'),
+        px: parseFloat(getComputedStyle(t).fontSize) * scale,
+        left: box.left, right: box.right, top: box.top, bottom: box.bottom,
+      };
+    }),
+  };
+}"""
+
+
+def test_a_stopped_runs_timeline_ends_at_its_last_event_with_readable_labels_apart(
+    browser: Any, review_server: str
+) -> None:
+    user_in(SUPERVISORS, "sam")
+    run = recovered_then_maybe_sent(hours_ago=3)  # waiting for a person for three hours
+    page = signed_in(browser, review_server, "sam")
+    page.goto(f"{review_server}/runs/{run.pk}/")
+    ticks = page.locator("svg.timeline .tl-tick").all_text_contents()
+    assert ticks[-1].endswith("s") and not ticks[-1].endswith("m"), ticks  # about 25 s, not 3 h
+    drawn = page.evaluate(TIMELINE_TEXTS)
+    small = [(t["text"], round(t["px"], 1)) for t in drawn["texts"] if t["px"] < 11]
+    assert small == [], "every label is at least 11 px on screen"
+    frame = drawn["frame"]
+    clipped = [
+        t["text"]
+        for t in drawn["texts"]
+        if t["left"] < frame["left"] - 0.5 or t["right"] > frame["right"] + 0.5
+    ]
+    assert clipped == [], "no label runs off the picture"
+    marks = [t for t in drawn["texts"] if "tl-mark" in (t["cls"] or "")]
+    assert len(marks) == 3  # the crash, the recovery 50 ms later, the lease lost at the end
+    overlaps = [
+        (a["text"], b["text"])
+        for i, a in enumerate(marks)
+        for b in marks[i + 1 :]
+        if a["left"] < b["right"]
+        and b["left"] < a["right"]
+        and a["top"] < b["bottom"]
+        and b["top"] < a["bottom"]
+    ]
+    assert overlaps == [], "no mark's label over another's"
+    shot(page, "console-timeline-stopped", selector="#timeline")
 
 
 def test_the_overview_renders_with_data_from_1000_runs(browser: Any, review_server: str) -> None:

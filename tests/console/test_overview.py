@@ -150,3 +150,20 @@ def test_past_days_come_from_the_rollup_beat_refreshes_and_today_is_live(
     assert "series-failed" not in client.get("/console/?days=14").content.decode()
     run_days_refresh()
     assert 'class="series-failed"' in client.get("/console/?days=14").content.decode()
+
+
+def test_the_overview_says_how_to_turn_metrics_on_when_they_are_off(
+    client_for: Any, settings: Any
+) -> None:
+    settings.METRICS_TOKEN = ""
+    html = client_for(SUPERVISORS).get("/console/").content.decode()
+    note = re.search(r'id="metrics-note">(.*?)</p>', html, re.S)
+    assert note, "the overview has a note on /metrics"
+    assert "are off" in note.group(1) and "METRICS_TOKEN=" in note.group(1)
+    assert "scripts/demo" in note.group(1)
+
+    settings.METRICS_TOKEN = "scrape-me"
+    html = client_for(SUPERVISORS).get("/console/").content.decode()
+    on = re.search(r'id="metrics-note">(.*?)</p>', html, re.S)
+    assert on and "are off" not in on.group(1) and "Bearer $METRICS_TOKEN" in on.group(1)
+    assert "scrape-me" not in html  # the page never shows the token itself

@@ -1,6 +1,8 @@
-"""The newcomer's first ten minutes: `scripts/demo` in a clean clone tells the whole story and
-leaves nothing running after Ctrl-C (honcho stops the Procfile's processes, the entry stops the
-embedded PostgreSQL); every command the README mentions answers --help.
+"""The newcomer's first ten minutes: `scripts/demo` in a clean clone tells the whole story,
+`manage.py` run in the checkout reaches its database, and it leaves nothing running when stopped
+as a process manager is stopped: Ctrl-C in a terminal, or SIGINT or SIGTERM to its process
+(honcho stops the Procfile's processes, the entry stops the embedded PostgreSQL last); a restart
+does not tell the story again; every command the README mentions answers --help.
 
 The clone reuses this virtualenv's packages through DEMO_VENV (a fresh install takes minutes;
 scripts/demo creates the clone's own .venv on top of them, installing nothing) and forces the
@@ -16,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -187,6 +190,40 @@ def demo_start(clone: Path, port: int, *args: str) -> subprocess.Popen[str]:
     )
 
 
+def signal_pid(proc: subprocess.Popen[str], signum: signal.Signals) -> None:
+    """`kill -INT PID` or `kill -TERM PID` (a supervisor's stop): the signal reaches the demo's
+    own process only, not its process group; then wait for it to end."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signum)
+    try:
+        proc.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired as timeout:  # (a failure of the test before it stays chained)
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(
+            f"scripts/demo was still running {STOP_TIMEOUT:.0f}s after {signum.name}"
+        ) from timeout
+
+
+def port_closed(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def manage_py(clone: Path, port: int, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`.venv/bin/python manage.py ...` in the checkout, in a new shell: no DATABASE_URL, no
+    SECRET_KEY, no DEBUG (the demo's port changes with every start)."""
+    environment = {k: v for k, v in demo_env(port).items() if k not in ("DEBUG", "DEMO_PORT")}
+    return subprocess.run(
+        [str(clone / ".venv" / "bin" / "python"), "manage.py", *args],
+        cwd=clone,
+        env={**environment, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def ctrl_c(proc: subprocess.Popen[str]) -> None:
     """Ctrl-C as a terminal sends it: SIGINT to the foreground process group; then wait."""
     if proc.poll() is None:
@@ -199,7 +236,7 @@ def ctrl_c(proc: subprocess.Popen[str]) -> None:
 
 
 @pytest.mark.slow
-def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running(
+def test_demo_in_a_clean_clone_tells_the_story_once_and_every_stop_leaves_nothing_running(
     clean_clone: Path,
 ) -> None:
     port = demo_port()
@@ -287,11 +324,41 @@ def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running
         assert "already running from this checkout" in refused.stderr
         assert httpx.get(f"{url}/login/", timeout=10).status_code == 200
 
+        # manage.py in the checkout reaches the running demo's database: no DATABASE_URL, no
+        # SECRET_KEY, no DEBUG=1 to know about
+        created = manage_py(
+            clean_clone,
+            port,
+            "createsuperuser",
+            "--noinput",
+            "--username",
+            "newcomer",
+            "--email",
+            "newcomer@example.com",
+            DJANGO_SUPERUSER_PASSWORD="a-newcomer-password",
+        )
+        assert created.returncode == 0, created.stdout + created.stderr
+        assert "using the running demo's" in created.stderr
+        with httpx.Client(timeout=10) as client:
+            log_in(client, url, "newcomer", "a-newcomer-password")
+        worker_token = manage_py(clean_clone, port, "create_worker_token", "ops-laptop")
+        assert worker_token.returncode == 0, worker_token.stdout + worker_token.stderr
+        issued = re.search(r"alw_\S+", worker_token.stdout)
+        assert issued, worker_token.stdout
+        runs_api = httpx.get(
+            f"{url}/api/v1/runs/{evicted['run_id']}/",
+            headers={"Authorization": f"Bearer {issued.group(0)}"},
+            timeout=10,
+        )
+        assert runs_api.status_code == 200, runs_api.text
+
         started_processes = processes_of(clean_clone)
         assert any("postgres" in " ".join(p.cmdline()) for p in started_processes)
         assert any("celery" in " ".join(p.cmdline()) for p in started_processes)
+        assert any("honcho" in " ".join(p.cmdline()) for p in started_processes)
     finally:
-        ctrl_c(proc)
+        # `kill -INT PID`: not a terminal's Ctrl-C, which reaches the whole process group
+        signal_pid(proc, signal.SIGINT)
     print(out.to_the_end().split("Press Ctrl-C to stop.")[-1])
     assert proc.returncode == 0, out.text
     assert "stopped; scripts/demo starts it again" in out.text
@@ -304,18 +371,44 @@ def test_demo_in_a_clean_clone_tells_the_story_and_ctrl_c_leaves_nothing_running
     pg_data = Path(out.wait_for(r"^==> embedded PostgreSQL .* \(data in (\S+), log", 1).group(1))
     assert (pg_data / "PG_VERSION").exists()
     assert not (pg_data / "postmaster.pid").exists()
+    assert port_closed(port)
+    # manage.py no longer finds a demo: the file the demo left is not read
+    assert not (clean_clone / ".demo" / "runtime.env").exists()
 
-    # a second start reuses the data (passwords are not shown again) and tells round 2; Ctrl-C
-    # in the middle of it (an agent worker process and Celery runs under way) stops it cleanly
-    again = demo_start(clean_clone, port)
+    # a restart reuses the data (passwords are not shown again) and does not tell the story
+    # again: it says where the told one stands; SIGTERM to its process stops everything
+    restart = demo_start(clean_clone, port)
+    restarted = Output(restart, clean_clone)
+    try:
+        restarted.wait_for(r"^Review queue: ", SUMMARY_TIMEOUT)
+        print(restarted.text)
+        assert "already in this database (round 1)" in restarted.text
+        assert re.search(r"^\s+T-1005\s+needs_review$", restarted.text, re.MULTILINE)
+        assert "the story (round 2)" not in restarted.text
+        assert "passwords in .demo/credentials.txt" in restarted.text
+        assert password not in restarted.text
+        assert "creating the PostgreSQL cluster" not in restarted.text
+        started_processes = processes_of(clean_clone)
+        assert any("postgres" in " ".join(p.cmdline()) for p in started_processes)
+    finally:
+        signal_pid(restart, signal.SIGTERM)
+    assert restart.returncode == 0, restarted.to_the_end()
+    assert "stopped; scripts/demo starts it again" in restarted.to_the_end()
+    for process in started_processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE, process
+    assert processes_of(clean_clone) == []
+    assert port_closed(port)
+    assert not (pg_data / "postmaster.pid").exists()
+
+    # --new-story tells round 2; Ctrl-C in the middle of it (an agent worker process and Celery
+    # runs under way) stops it cleanly
+    again = demo_start(clean_clone, port, "--new-story")
     second = Output(again, clean_clone)
     try:
         second.wait_for(r"a worker process evicted \(SIGKILL\) after step 12", SUMMARY_TIMEOUT)
         print(second.text)
         assert "PROBLEM" not in second.text
-        assert "passwords in .demo/credentials.txt" in second.text
-        assert password not in second.text
-        assert "creating the PostgreSQL cluster" not in second.text
         assert "==> the story (round 2)" in second.text
     finally:
         ctrl_c(again)

@@ -9,6 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
+from review.audit import AuditEntry
 from runs.models import WorkerToken
 from runs.tokens import worker_token_revoke
 
@@ -51,3 +52,12 @@ def test_a_revoked_demo_token_is_replaced_and_said_so(tmp_path: Path) -> None:
     assert new != chosen
     assert _worker_may_list_runs(new) and not _worker_may_list_runs(chosen)
     assert "was revoked" in said
+
+
+def test_the_seeds_policies_are_audited_as_the_seeds_not_the_admins(tmp_path: Path) -> None:
+    _seed(tmp_path)
+
+    entries = AuditEntry.objects.filter(action="policy.create")
+    assert entries.count() == 2  # support and research
+    assert {e.actor_name for e in entries} == {"system:demo_seed"}
+    assert all(e.actor is None for e in entries)

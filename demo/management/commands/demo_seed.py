@@ -17,6 +17,7 @@ from runs.tokens import worker_token_create
 
 USERS = (("supervisor", "supervisors"), ("admin", "admins"), ("auditor", "auditors"))
 
+SEED_ACTOR = "system:demo_seed"
 # the support agent's policy: room for an ordinary ticket (about 600 tokens with the scripted
 # model), not for one with a whole log pasted in; a read-only agent would need only a budget
 POLICIES: dict[str, dict[str, Any]] = {
@@ -104,13 +105,13 @@ class Command(BaseCommand):
                 )
         self.stdout.write(f"Worker token (Authorization: Bearer …): {raw}")
 
-        admin = User.objects.get(username="admin")
         described = []
         for agent, limits in POLICIES.items():
             policy = BudgetPolicy.objects.filter(agent=agent).first()
             if policy is None:
                 values = {"name": f"{agent} (demo)", "agent": agent, **limits}
-                policy = budget_policy_save(user=admin, policy=None, values=values)
+                # the seed made them, not the person the audit log would otherwise name
+                policy = budget_policy_save(user=SEED_ACTOR, policy=None, values=values)
             described.append(
                 f"{agent}: {policy.max_steps} steps, {policy.max_tokens} tokens, "
                 f"{policy.max_recoveries} recoveries"

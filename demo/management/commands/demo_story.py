@@ -26,6 +26,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--no-story", action="store_true", help="only wait and print where")
         parser.add_argument(
+            "--again",
+            action="store_true",
+            help="tell the story even when the database has it already (a new round, new "
+            "ticket numbers); without it, a restart only says where the told story stands",
+        )
+        parser.add_argument(
             "--seed",
             action="store_true",
             help="run demo_seed first, in this process (migrations, users, token, policies): "
@@ -39,12 +45,19 @@ class Command(BaseCommand):
         )
 
     def handle(
-        self, *args: Any, url: str, no_story: bool, seed: bool, stay: bool, **options: Any
+        self,
+        *args: Any,
+        url: str,
+        no_story: bool,
+        again: bool,
+        seed: bool,
+        stay: bool,
+        **options: Any,
     ) -> None:
         if seed:
             call_command("demo_seed", stdout=self.stdout)
         started = float(os.environ.get("DEMO_STARTED_AT") or time.time())
-        run_story(url=url.rstrip("/"), started=started, no_story=no_story)
+        run_story(url=url.rstrip("/"), started=started, no_story=no_story, again=again)
         if stay:
             self.stdout.write("Press Ctrl-C to stop.")
             self.stdout.flush()

@@ -1,8 +1,9 @@
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from runs.api_errors import ApplicationError
 from runs.tokens import worker_token_create
 
 
@@ -26,12 +27,15 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        token, raw = worker_token_create(
-            name=options["name"],
-            created_by="manage.py",
-            scopes=tuple(options["scope"]),
-            agents=tuple(options["agent"]),
-        )
+        try:
+            token, raw = worker_token_create(
+                name=options["name"],
+                created_by="manage.py",
+                scopes=tuple(options["scope"]),
+                agents=tuple(options["agent"]),
+            )
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from exc
         limited = f" for agents {', '.join(token.agents)}" if token.agents else ""
         self.stderr.write(
             f"Created worker token {token.name!r} ({token.prefix}…){limited}, scope {token.scope}. "
