@@ -27,7 +27,14 @@ from review.models import AuditEntry, Escalation, EscalationWebhook, LoginFailur
 from review.roles import SUPERVISORS
 from runs import clock
 from runs.api_errors import ApplicationError, invalid, note_required
-from runs.constants import BUDGET_LIMITS, EnforcedBy, Resolution, RunStatus, StepState
+from runs.constants import (
+    BUDGET_LIMITS,
+    FINAL_STATUSES,
+    EnforcedBy,
+    Resolution,
+    RunStatus,
+    StepState,
+)
 from runs.models import ApprovalRule, BudgetPolicy, Run, Step, TokenScope, WorkerToken
 from runs.services import (
     approval_expire_if_due,
@@ -783,6 +790,13 @@ def escalation_webhook_add(*, user: AbstractBaseUser, url: str, secret: str) -> 
         return webhook
 
 
+def _waiting_as(step: Step) -> str:
+    """What a desk step waits for, in the escalation's words."""
+    if step.state == StepState.AWAITING_APPROVAL:
+        return "waiting for approval (nothing has run yet)"
+    return "unknown (it may or may not have happened)"
+
+
 def review_items_escalate(*, limit: int = 200) -> int:
     """Mail the supervisors once per item waiting longer than the SLA; returns mails sent.
 
@@ -807,6 +821,8 @@ def review_items_escalate(*, limit: int = 200) -> int:
         Step.objects.filter(
             state__in=(StepState.UNKNOWN, StepState.AWAITING_APPROVAL), intent_at__lt=cutoff
         )
+        # an approval in a finished run can no longer be decided: nobody is asked to
+        .exclude(state=StepState.AWAITING_APPROVAL, run__status__in=FINAL_STATUSES)
         .exclude(pk__in=Escalation.objects.filter(step__isnull=False).values("step_id"))
         .select_related("run")
         .order_by("intent_at")[:limit]
@@ -831,7 +847,7 @@ def review_items_escalate(*, limit: int = 200) -> int:
                     f"(run {step.run.agent} {str(step.run_id)[:8]})",
                     message=(
                         f"Step {step.index} ({step.name}) of run {step.run_id} "
-                        f"({step.run.agent}) has been unknown since "
+                        f"({step.run.agent}) has been {_waiting_as(step)} since "
                         f"{step.intent_at:%Y-%m-%d %H:%M:%S} UTC, longer than the "
                         f"{sla_seconds() // 60}-minute SLA.\n\n"
                         f"Decide: {base}/queue/{step.run_id}/{step.index}/\n"
