@@ -696,7 +696,9 @@ policy_edit = _settings_edit(
     lambda policy: f"Policy “{policy.name}” saved; new runs of its agents use it.",
 )
 approval_rules = _settings_list(
-    "review/approval_rules.html", "rules", ApprovalRule.objects.order_by("agent", "tool_pattern")
+    "review/approval_rules.html",
+    "rules",
+    ApprovalRule.objects.filter(run__isnull=True).order_by("agent", "tool_pattern"),
 )
 approval_rule_edit = _settings_edit(
     ApprovalRuleForm,

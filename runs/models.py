@@ -410,10 +410,22 @@ class Event(models.Model):
 class ApprovalRule(models.Model):
     """Write intents of `agent` (blank: every agent) whose tool name matches `tool_pattern` (a
     glob: `*` any run of characters) wait for `approvals_required` different people before they
-    run. Read by the journal kernel (runs/sql/0007_approvals.sql) at intent time."""
+    run. Read by the journal kernel (runs/sql/0018_fork_fences.sql) at intent time.
+
+    A rule with a `run` holds that run's writes only: a fork's fence, one per tool whose writes
+    already happened in the original after the fork point, unless the admin chose to run them
+    again (runs.services.run_fork). Such rules are not on the approval rules page."""
 
     agent = models.CharField(max_length=100, blank=True, default="")
     tool_pattern = models.CharField(max_length=200)
+    run = models.ForeignKey(
+        "Run",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="fork_fences",
+        db_constraint=False,  # ON DELETE CASCADE in SQL (runs 0018), as a retention delete needs
+    )
     approvals_required = models.PositiveSmallIntegerField(default=1)
     expires_after_seconds = models.PositiveIntegerField(null=True, blank=True)
     active = models.BooleanField(default=True)
@@ -425,8 +437,14 @@ class ApprovalRule(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["agent", "tool_pattern"],
+                condition=Q(run__isnull=True),
                 name="approval_rule_unique_per_agent_tool",
                 violation_error_message="This agent already has a rule for this tool pattern.",
+            ),
+            models.UniqueConstraint(
+                fields=["run", "tool_pattern"],
+                condition=Q(run__isnull=False),
+                name="approval_rule_fence_once_per_run_tool",
             ),
             models.CheckConstraint(
                 condition=Q(approvals_required__in=[1, 2]),
