@@ -486,6 +486,7 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
         "approval": approval,
         "people": selectors.people_who_decide() if request.user.has_perm("review.resolve") else [],
         "form": extra.pop("form", None) or ResolveForm(),
+        "resumed_by": selectors.run_resumed_by(step.run) if step.resolution_action else "",
         **extra,
     }
 
