@@ -176,10 +176,12 @@ def last_json_line(path: Path) -> dict[str, Any] | None:
     return None
 
 
-def pod_run(*, name: str, argv: list[str], env: dict[str, str], timeout: float) -> PodResult:
+def pod_run(
+    *, name: str, argv: list[str], env: dict[str, str], timeout: float, logs: Path = STATE / "logs"
+) -> PodResult:
     """One agent worker process, its output in .demo/logs/NAME.log (Ctrl-C stops it with the
     story: it is in the story's process group, which the process manager signals)."""
-    log = STATE / "logs" / f"{name}.log"
+    log = logs / f"{name}.log"
     started_at = time.time()
     with open(log, "w") as out:
         try:
@@ -282,11 +284,13 @@ def resumable_again(run: Run) -> bool:
     return run.status == RunStatus.RUNNING and not run.lease_worker
 
 
-def deployment_watch(story: Story, *, poll_seconds: float = 1.0) -> None:
+def deployment_watch(
+    story: Story, *, poll_seconds: float = 1.0, logs: Path = STATE / "logs"
+) -> None:
     """The pods' deployment, as an orchestrator would be: the story's pod runs are `external`
     (the ledger never hands them to Celery), so when one becomes resumable again (a supervisor
     resolved its review item) this restarts its pod, which attaches to the run and finishes it.
-    Runs until the story's process is stopped."""
+    Returns once every run it watches is finished."""
     restarts: dict[str, int] = {}
     while story.deployed:
         for run_id, (tid, argv, env) in list(story.deployed.items()):
@@ -302,7 +306,7 @@ def deployment_watch(story: Story, *, poll_seconds: float = 1.0) -> None:
                 f"==> {tid}: its run can go on again; its deployment restarts the pod ({name})",
                 flush=True,
             )
-            result = pod_run(name=name, argv=argv, env=env, timeout=RUN_TIMEOUT_SECONDS)
+            result = pod_run(name=name, argv=argv, env=env, timeout=RUN_TIMEOUT_SECONDS, logs=logs)
             status = (result.outcome or {}).get("status", f"exit {result.returncode}")
             print(f"==> {tid}: pod {name} ended: {status}", flush=True)
         connections.close_all()
