@@ -45,6 +45,7 @@ def completed_with_a_comment() -> tuple[Run, Ticket]:
         "tickets.create",
         {"customer": "margaret@example.com", "subject": "Damaged", "body": "Cracked screen."},
     )
+    assert isinstance(created.result, dict)
     ticket = Ticket.objects.get(pk=created.result["ticket"]["id"])
     gateway(run.pk, epoch, 1, "tickets.comment", {"ticket_id": ticket.pk, "body": "Replacing it."})
     run_complete(run_id=run.pk, epoch=epoch, output={"ok": True}, actor="worker:w-1")

@@ -61,14 +61,16 @@ def resolve(
 
 def finished(database_url: str, run_id: str, clone: Path) -> str:
     deadline = time.monotonic() + RUN_FINISH_TIMEOUT
+    status = ""
     while time.monotonic() < deadline:
         with psycopg.connect(database_url) as conn:
             row = conn.execute("SELECT status FROM runs_run WHERE id = %s", [run_id]).fetchone()
         assert row is not None
-        if row[0] in ("completed", "failed", "abandoned", "cancelled", "budget_exceeded"):
-            return str(row[0])
+        status = str(row[0])
+        if status in ("completed", "failed", "abandoned", "cancelled", "budget_exceeded"):
+            return status
         time.sleep(0.5)
-    raise AssertionError(f"run {run_id} still {row[0]}:\n{logs_tail(clone)}")
+    raise AssertionError(f"run {run_id} still {status}:\n{logs_tail(clone)}")
 
 
 def facts(database_url: str, customer: str, clone: Path) -> dict[str, Any]:
