@@ -535,7 +535,11 @@ def approval_rule_save(
     *, user: AbstractBaseUser, rule: ApprovalRule | None, values: dict[str, Any]
 ) -> ApprovalRule:
     """Create or edit an approval rule, audited. New write intents see it at once; steps
-    already waiting keep the request they were given."""
+    already waiting keep the request they were given. The forks' fence is not edited here."""
+    if rule is not None and rule.is_fork_fence:
+        raise ApplicationError(
+            "not_found", "No such approval rule (this one holds forks' writes).", status_code=404
+        )
     return _setting_save(
         user=user,
         stored=rule,

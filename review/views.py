@@ -699,7 +699,7 @@ policy_edit = _settings_edit(
 approval_rules = _settings_list(
     "review/approval_rules.html",
     "rules",
-    ApprovalRule.objects.filter(run__isnull=True).order_by("agent", "tool_pattern"),
+    ApprovalRule.objects.filter(is_fork_fence=False).order_by("agent", "tool_pattern"),
 )
 approval_rule_edit = _settings_edit(
     ApprovalRuleForm,

@@ -412,20 +412,13 @@ class ApprovalRule(models.Model):
     glob: `*` any run of characters) wait for `approvals_required` different people before they
     run. Read by the journal kernel (runs/sql/0018_fork_fences.sql) at intent time.
 
-    A rule with a `run` holds that run's writes only: a fork's fence, one per tool whose writes
-    already happened in the original after the fork point, unless the admin chose to run them
-    again (runs.services.run_fork). Such rules are not on the approval rules page."""
+    One row, made by a migration, is the forks' fence (`is_fork_fence`, never active by itself):
+    the kernel names it as the rule of a fork's write a ForkFence holds. It is not on the
+    approval rules page."""
 
     agent = models.CharField(max_length=100, blank=True, default="")
     tool_pattern = models.CharField(max_length=200)
-    run = models.ForeignKey(
-        "Run",
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="fork_fences",
-        db_constraint=False,  # ON DELETE CASCADE in SQL (runs 0018), as a retention delete needs
-    )
+    is_fork_fence = models.BooleanField(default=False, db_default=False, editable=False)
     approvals_required = models.PositiveSmallIntegerField(default=1)
     expires_after_seconds = models.PositiveIntegerField(null=True, blank=True)
     active = models.BooleanField(default=True)
@@ -437,14 +430,17 @@ class ApprovalRule(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["agent", "tool_pattern"],
-                condition=Q(run__isnull=True),
                 name="approval_rule_unique_per_agent_tool",
                 violation_error_message="This agent already has a rule for this tool pattern.",
             ),
             models.UniqueConstraint(
-                fields=["run", "tool_pattern"],
-                condition=Q(run__isnull=False),
-                name="approval_rule_fence_once_per_run_tool",
+                fields=["is_fork_fence"],
+                condition=Q(is_fork_fence=True),
+                name="approval_rule_one_fork_fence",
+            ),
+            models.CheckConstraint(
+                condition=Q(is_fork_fence=False) | Q(active=False),
+                name="approval_rule_fork_fence_inactive",
             ),
             models.CheckConstraint(
                 condition=Q(approvals_required__in=[1, 2]),
@@ -461,6 +457,26 @@ class ApprovalRule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent or 'every agent'}: {self.tool_pattern} ({self.approvals_required})"
+
+
+class ForkFence(models.Model):
+    """A tool whose writes a fork holds for a person's approval: the original already made them
+    after the fork point and the admin chose not to run them again (runs.services.run_fork).
+    Read by the journal kernel (runs/sql/0018_fork_fences.sql) at a write intent of the fork."""
+
+    pk = models.CompositePrimaryKey("run_id", "tool")
+    run = models.ForeignKey(
+        Run,
+        on_delete=models.CASCADE,
+        related_name="fork_fences",
+        db_constraint=False,  # ON DELETE CASCADE in SQL (runs 0018), as a retention delete needs
+    )
+    tool = models.CharField(max_length=200)
+    created_by = models.CharField(max_length=150)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.tool}"
 
 
 class ApprovalRequest(models.Model):

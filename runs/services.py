@@ -44,7 +44,15 @@ from runs.kernel import (
     transition,
 )
 from runs.lock_objects import run_for_update
-from runs.models import Approval, ApprovalRequest, ApprovalRule, BudgetPolicy, Run, Step
+from runs.models import (
+    Approval,
+    ApprovalRequest,
+    ApprovalRule,
+    BudgetPolicy,
+    ForkFence,
+    Run,
+    Step,
+)
 from runs.recovery import key_state_lookup
 from runs.signals import run_resumable
 from tools.lookups import tool_lookup
@@ -969,7 +977,7 @@ def run_fork(
     The original's writes from `index` on (runs.selectors.fork_writes_after) were made once
     already; the fork's own steps get new keys, so going on would make them again. `writes`
     must name a ForkWrite for each such tool, or the fork is refused (`fork_writes_unchosen`,
-    with the tools): `hold` fences the tool in the fork (an approval rule of the fork alone,
+    with the tools): `hold` fences the tool in the fork (a ForkFence the kernel reads,
     runs/sql/0018_fork_fences.sql: each write of it waits on the desk), `again` lets it run.
     The choices are in the fork's `run_created` event.
 
@@ -1035,11 +1043,12 @@ def run_fork(
             actor=actor,
             at=now,
         )
-        ApprovalRule.objects.bulk_create(
-            ApprovalRule(run=fork, agent=fork.agent, tool_pattern=name, created_by=by)
-            for name, choice in choices.items()
-            if choice == ForkWrite.HOLD
-        )
+        held = [name for name, choice in choices.items() if choice == ForkWrite.HOLD]
+        if held:
+            fork_fence_rule()
+            ForkFence.objects.bulk_create(
+                ForkFence(run=fork, tool=name, created_by=by) for name in held
+            )
         copies = [_step_copy(fork, step) for step in steps]
         Step.objects.bulk_create(copies)
         for copy in copies:
@@ -1060,6 +1069,22 @@ def run_fork(
             )
         )
         return fork
+
+
+def fork_fence_rule() -> ApprovalRule:
+    """The one approval rule a fork's held write waits under (never active by itself: the
+    kernel names it only for a write a ForkFence holds), made when first needed."""
+    rule, _ = ApprovalRule.objects.get_or_create(
+        is_fork_fence=True,
+        defaults={
+            "agent": "",
+            "tool_pattern": "(a fork's fence)",
+            "approvals_required": 1,
+            "active": False,
+            "created_by": "system",
+        },
+    )
+    return rule
 
 
 def _fork_write_choices(

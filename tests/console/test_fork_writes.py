@@ -12,7 +12,7 @@ import pytest
 from review.audit import AuditEntry
 from review.roles import ADMINS
 from runs.constants import EventType
-from runs.models import ApprovalRule, Event, Run, Step
+from runs.models import Event, ForkFence, Run, Step
 from runs.services import run_complete, run_create, run_lease_acquire
 from tools.gateway import gateway_step_run
 from tools.models import Ticket, TicketComment
@@ -94,12 +94,15 @@ def test_a_fork_holds_a_comment_the_original_made_unless_the_admin_chose_to_run_
     )
     assert held.state == "awaiting_approval"
     assert TicketComment.objects.filter(ticket=ticket).count() == 1
-    assert not ApprovalRule.objects.filter(run=fork).exclude(tool_pattern="tickets.comment")
-    # the fork's fence is its own: the approval rules page does not list it
+    assert list(ForkFence.objects.filter(run=fork).values_list("tool", flat=True)) == [
+        "tickets.comment"
+    ]
+    # the fence is the fork's alone: the approval rules page does not list it
     rules = admin.get("/approval-rules/").content.decode()
-    assert "tickets.comment" not in rules
+    assert "tickets.comment" not in rules and "a fork&#x27;s fence" not in rules
 
-    # run again, chosen explicitly: the second fork posts its comment
+    # run again, chosen explicitly: the second fork posts its comment (the first fork's fence
+    # holds that fork alone)
     admin.post(
         f"/console/runs/{original.pk}/fork",
         {"index": 1, "note": "post it again", "write:tickets.comment": "again"},
@@ -117,5 +120,5 @@ def test_a_fork_after_the_last_write_needs_no_choice(client_for: Any) -> None:
     admin = client_for(ADMINS)
     admin.post(f"/console/runs/{original.pk}/fork", {"index": 2, "note": "replay all"})
     fork = Run.objects.get(forked_from=original)
-    assert not ApprovalRule.objects.filter(run=fork).exists()
+    assert not ForkFence.objects.filter(run=fork).exists()
     assert TicketComment.objects.filter(ticket=ticket).count() == 1

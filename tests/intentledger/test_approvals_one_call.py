@@ -18,13 +18,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.test import Client
 from intentledger import ApprovalDenied, Ledger
 from rest_framework.test import APIClient
 
+from review.roles import SUPERVISORS
 from runs import services
 from runs.models import ApprovalRule, Step
 from runs.models import Run as RunRow
 from tests.processes import SmtpSink
+from tests.review.factories import user_in
 from tools.models import OutboundEmail
 
 pytestmark = pytest.mark.slow
@@ -75,14 +78,26 @@ def email_to(address: str) -> dict[str, str]:
     return {**EMAIL, "to": address}
 
 
+def on_the_dashboard(action: str, note: str = "") -> Any:
+    """A supervisor's approve or deny button on the item page (a logged-in client)."""
+    client = Client()
+    client.force_login(user_in(SUPERVISORS, "sam"))
+
+    def press(run_id: str) -> None:
+        answer = client.post(f"/queue/{run_id}/0/{action}", {"note": note}, follow=True)
+        assert answer.status_code == 200
+        messages = [str(m) for m in answer.context["messages"]] if answer.context else []
+        assert not any("nothing to approve" in m for m in messages), messages
+
+    return press
+
+
 def test_the_gateway_tool_waits_for_the_approval_then_sends_once(
     ledger: Ledger, smtp_sink: SmtpSink
 ) -> None:
     to = "approved@example.com"
     run_ids: list[str] = []
-    supervisor = when_waiting(
-        run_ids, lambda run_id: services.step_approve(run_id=run_id, index=0, by="sam")
-    )
+    supervisor = when_waiting(run_ids, on_the_dashboard("approve"))
     with ledger.run("sdk-one-call-approve", {}, worker="w-1a") as run:
         run_ids.append(run.id)
         sent = run.tool("email.send", email_to(to))
@@ -99,10 +114,7 @@ def test_a_denied_gateway_tool_raises_approval_denied_and_sends_nothing(
 ) -> None:
     to = "denied@example.com"
     run_ids: list[str] = []
-    supervisor = when_waiting(
-        run_ids,
-        lambda run_id: services.step_deny(run_id=run_id, index=0, by="sam", note="wrong address"),
-    )
+    supervisor = when_waiting(run_ids, on_the_dashboard("deny", "wrong address"))
     with ledger.run("sdk-one-call-deny", {}, worker="w-1d") as run:
         run_ids.append(run.id)
         with pytest.raises(ApprovalDenied) as denied:
