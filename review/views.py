@@ -307,7 +307,11 @@ run_decide = run_page_post(
     lambda user, run, form: services.review_run_decide(
         user=user, run_id=run.pk, **form.cleaned_data
     ),
-    lambda run: "Run abandoned." if run.status == RunStatus.ABANDONED else "Run resumed.",
+    lambda run: (
+        "Run abandoned."
+        if run.status == RunStatus.ABANDONED
+        else f"Run resumed. {selectors.run_resumed_by(run)}"
+    ),
 )
 
 
@@ -324,7 +328,9 @@ def limits_outcome(run: Run) -> str:
             f"Raise {limit} too for it to resume."
         )
     if run.status == RunStatus.RUNNING:
-        return "Limits raised; the run resumes with the next lease."
+        return (
+            f"Limits raised; the run resumes with the next lease. {selectors.run_resumed_by(run)}"
+        )
     return f"Limits raised; the run is {run.status}."
 
 
