@@ -66,3 +66,20 @@ def test_the_escalation_mail_says_the_step_waits_for_approval(
     assert "has been waiting for approval (nothing has run yet) since" in mail.body
     step = Step.objects.get(run_id=seventeen_minutes_later.run_id, index=1)
     assert f"/queue/{step.run_id}/{step.index}/" in mail.body
+
+
+def test_an_approval_of_a_cancelled_run_is_not_escalated(
+    groups: Any, settings: Any, mailoutbox: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nobody can decide it any more (approving is refused: the run is finished), so nobody is
+    mailed about it."""
+    from runs.services import run_cancel
+
+    settings.REVIEW_SLA_SECONDS = 15 * 60
+    user_in(SUPERVISORS, "alice", email="alice@example.com")
+    item = run_awaiting_approval()
+    run_cancel(run_id=item.run_id, by="ada", note="customer withdrew")
+    later = clock.now() + timedelta(minutes=17)
+    monkeypatch.setattr(clock, "now", lambda: later)
+    assert review_items_escalate() == 0
+    assert mailoutbox == []
