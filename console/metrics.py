@@ -48,8 +48,8 @@ class LedgerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         from audit.models import ChainAlert
-        from review.selectors import waiting_count
-        from runs.constants import RunStatus, StepState
+        from review.selectors import DESK_STATES, waiting_count
+        from runs.constants import RunStatus
         from runs.models import Step
 
         with connection.cursor() as cursor:
@@ -108,18 +108,20 @@ class LedgerCollector(Collector):
         )
         yield GaugeMetricFamily(
             "intentledger_review_queue_depth",
-            "Items waiting for a supervisor (unknown steps and crash-looped runs).",
+            "Items waiting for a supervisor (unknown steps, steps awaiting approval and "
+            "crash-looped runs).",
             value=waiting_count(),
         )
         oldest = (
-            Step.objects.filter(state=StepState.UNKNOWN)
+            Step.objects.filter(state__in=DESK_STATES)
             .order_by("intent_at")
             .values_list("intent_at", flat=True)
             .first()
         )
         yield GaugeMetricFamily(
             "intentledger_review_queue_oldest_age_seconds",
-            "Age of the oldest unknown step (0 when the queue is empty).",
+            "Age of the oldest step waiting for a supervisor, unknown or awaiting approval "
+            "(0 when the queue is empty).",
             value=(clock.now() - oldest).total_seconds() if oldest else 0.0,
         )
         yield GaugeMetricFamily(

@@ -3,7 +3,8 @@
 Runs per day come from the rollup beat keeps (console.rollup: complete days) plus today's runs
 read live. Every query is bounded by the window and served by an index: runs by `run_created_idx`, the
 recovery events by `event_recovery_at_idx` and failing steps by `step_error_outcome_idx`
-(partial indexes, migration runs 0006), the review queue by `step_unknown_idx`.
+(partial indexes, migration runs 0006), the review queue (unknown steps and steps awaiting
+approval) by `step_unknown_idx` and `step_awaiting_approval_idx`.
 """
 
 import math
@@ -18,7 +19,7 @@ from django.db.models import Max
 
 from console.models import RunDay
 from console.rollup import day_start
-from review.selectors import review_runs_without_unknown
+from review.selectors import DESK_STATES, review_runs_without_unknown
 from review.services import sla_seconds
 from runs import clock
 from runs.constants import RunStatus, StepState
@@ -146,8 +147,9 @@ def overview(*, days: int = 14) -> dict[str, Any]:
         "tokens_chart": _lines_chart(tokens_by_agent, w.days),
         "agent_rows": _agent_rows(tokens_by_agent, cost_by_agent),
         "queue": {
-            "depth": queue["unknown"] + crash_loops,  # review.selectors.waiting_count
+            "depth": queue["steps"] + crash_loops,  # review.selectors.waiting_count
             "unknown": queue["unknown"],
+            "approvals": queue["steps"] - queue["unknown"],
             "p50": _seconds_text(queue["p50"]),
             "p95": _seconds_text(queue["p95"]),
             "breaches": queue["breaches"],
@@ -158,26 +160,28 @@ def overview(*, days: int = 14) -> dict[str, Any]:
 
 
 def _queue_ages(now: datetime, sla: int) -> dict[str, Any]:
-    """Unknown steps: how many, the age p50/p95 (nearest rank) and how many are past the SLA.
+    """The desk's steps (unknown, or awaiting approval): how many of each, the age p50/p95
+    (nearest rank) and how many are past the SLA.
 
-    Read along step_unknown_idx (intent_at, oldest first): a count, two single-row probes at
-    the ranks' offsets and a range count, instead of sorting every waiting step's age.
+    Read along the two states' partial indexes (intent_at, oldest first): counts, two single-row
+    probes at the ranks' offsets and a range count, instead of sorting every waiting step's age.
     """
-    unknown = Step.objects.filter(state=StepState.UNKNOWN)
-    n = unknown.count()
+    waiting = Step.objects.filter(state__in=DESK_STATES)
+    n = waiting.count()
 
     def age_at_rank(q: float) -> float | None:
         if not n:
             return None
         offset = n - math.ceil(q * n)  # the k-th youngest is the (n-k)-th oldest
-        at = unknown.order_by("intent_at").values_list("intent_at", flat=True)[offset]
+        at = waiting.order_by("intent_at").values_list("intent_at", flat=True)[offset]
         return (now - at).total_seconds()
 
     return {
-        "unknown": n,
+        "steps": n,
+        "unknown": Step.objects.filter(state=StepState.UNKNOWN).count() if n else 0,
         "p50": age_at_rank(0.5),
         "p95": age_at_rank(0.95),
-        "breaches": unknown.filter(intent_at__lt=now - timedelta(seconds=sla)).count() if n else 0,
+        "breaches": waiting.filter(intent_at__lt=now - timedelta(seconds=sla)).count() if n else 0,
     }
 
 

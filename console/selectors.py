@@ -8,6 +8,7 @@ from review import toolside
 from runs import clock
 from runs.constants import StepKind
 from runs.models import Event, Run, Step
+from runs.selectors import fork_writes_after
 
 
 def run_timeline_context(run: Run) -> dict[str, Any]:
@@ -95,3 +96,25 @@ def run_lineage(run: Run) -> dict[str, Any]:
         .values("id", "forked_from_index", "status", "created_at")[:50]
     )
     return {"origin": run.forked_from_id, "origin_index": run.forked_from_index, "forks": forks}
+
+
+def fork_plan(run: Run, index: int) -> dict[str, Any]:
+    """What a fork of `run` at `index` would meet: the original's writes from there on (each
+    tool needs a choice, runs.services.run_fork) and who will run the fork."""
+    from support_agent.registry import is_registered
+
+    if is_registered(run.agent):
+        runs_on = (
+            f"The ledger's Celery workers run agent {run.agent}: one takes the fork as soon as "
+            "it is created."
+        )
+    else:
+        runs_on = (
+            f"No worker of the ledger runs agent {run.agent}: the fork waits (pending) until "
+            "one of your own workers attaches to it by its id."
+        )
+    return {
+        "index": index,
+        "writes": fork_writes_after(run_id=run.pk, index=index),
+        "runs_on": runs_on,
+    }

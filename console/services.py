@@ -33,15 +33,26 @@ def console_run_cancel(*, user: AbstractBaseUser, run_id: UUID | str, note: str)
         return run
 
 
-def console_run_fork(*, user: AbstractBaseUser, run_id: UUID | str, index: int, note: str) -> Run:
+def console_run_fork(
+    *,
+    user: AbstractBaseUser,
+    run_id: UUID | str,
+    index: int,
+    note: str,
+    writes: dict[str, str] | None = None,
+) -> Run:
+    """A fork (runs.services.run_fork: `writes` holds or runs again, per tool, the writes the
+    original made after the fork point) and its audit entry, which records those choices."""
     with transaction.atomic():
-        fork = run_fork(run_id=run_id, index=index, by=user.get_username(), note=note)
+        fork = run_fork(
+            run_id=run_id, index=index, by=user.get_username(), note=note, writes=writes
+        )
         audit_record(
             actor=user,
             action="run.fork",
             target=f"run:{run_id}",
             note=note,
-            details={"fork_run_id": str(fork.pk), "index": index},
+            details={"fork_run_id": str(fork.pk), "index": index, "writes": writes or {}},
         )
         return fork
 

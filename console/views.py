@@ -2,6 +2,7 @@
 
 import contextlib
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
 from django.conf import settings
@@ -49,11 +50,17 @@ def fork_outcome(fork: Run) -> str:
 @require_POST
 @require_perm("run_actions")
 def run_fork(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    """The fork's page when it was created; the original run's actions otherwise."""
+    """The fork's page when it was created; otherwise the original run's actions, showing the
+    fork's plan (the writes after the fork point to choose for, where it will run)."""
     answer = _run_post(request, run_id, ForkForm, fork_create, ok=fork_outcome)
     original, fork = answer
     if fork is None:
-        return HttpResponseRedirect(reverse("review:run", args=[original.pk]) + "#run-actions")
+        plan = urlencode(
+            {"fork": request.POST.get("index", ""), "fork_note": request.POST.get("note", "")}
+        )
+        return HttpResponseRedirect(
+            reverse("review:run", args=[original.pk]) + f"?{plan}#run-actions"
+        )
     return HttpResponseRedirect(reverse("review:run", args=[fork.pk]))
 
 

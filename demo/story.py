@@ -28,7 +28,7 @@ from django.db import connections
 from django.db.models import Sum
 
 import config.celery  # noqa: F401 (the Celery app, configured from settings)
-from runs.constants import LIVE_STATUSES, Effect, EventType, StepState
+from runs.constants import FINAL_STATUSES, LIVE_STATUSES, Effect, EventType, RunStatus, StepState
 from runs.models import Event, Run, Step
 from support_agent.services import agent_run_start
 from tools.models import OutboundEmail
@@ -176,10 +176,12 @@ def last_json_line(path: Path) -> dict[str, Any] | None:
     return None
 
 
-def pod_run(*, name: str, argv: list[str], env: dict[str, str], timeout: float) -> PodResult:
+def pod_run(
+    *, name: str, argv: list[str], env: dict[str, str], timeout: float, logs: Path = STATE / "logs"
+) -> PodResult:
     """One agent worker process, its output in .demo/logs/NAME.log (Ctrl-C stops it with the
     story: it is in the story's process group, which the process manager signals)."""
-    log = STATE / "logs" / f"{name}.log"
+    log = logs / f"{name}.log"
     started_at = time.time()
     with open(log, "w") as out:
         try:
@@ -202,6 +204,8 @@ class Story:
     run_ids: dict[int, str] = field(default_factory=dict)
     pods: dict[str, PodResult] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    # the pods' deployment: run id -> (ticket id, the pod's arguments and environment)
+    deployed: dict[str, tuple[str, list[str], dict[str, str]]] = field(default_factory=dict)
 
 
 def dispatch_through_celery(story: Story, tickets: list[Ticket]) -> None:
@@ -269,6 +273,44 @@ def killed_and_replaced(
     story.pods[f"{label}-2"] = second
     if second.outcome:
         story.run_ids[ticket.number] = str(second.outcome.get("run_id"))
+        story.deployed[str(second.outcome.get("run_id"))] = (tid, argv, env)
+
+
+def resumable_again(run: Run) -> bool:
+    """A run nobody holds that a worker may take: resumed after a review decision (running
+    without a lease) or interrupted (its lease expired)."""
+    if run.status == RunStatus.INTERRUPTED:
+        return True
+    return run.status == RunStatus.RUNNING and not run.lease_worker
+
+
+def deployment_watch(
+    story: Story, *, poll_seconds: float = 1.0, logs: Path = STATE / "logs"
+) -> None:
+    """The pods' deployment, as an orchestrator would be: the story's pod runs are `external`
+    (the ledger never hands them to Celery), so when one becomes resumable again (a supervisor
+    resolved its review item) this restarts its pod, which attaches to the run and finishes it.
+    Returns once every run it watches is finished."""
+    restarts: dict[str, int] = {}
+    while story.deployed:
+        for run_id, (tid, argv, env) in list(story.deployed.items()):
+            run = Run.objects.filter(pk=run_id).first()
+            if run is None or run.status in FINAL_STATUSES:
+                del story.deployed[run_id]
+                continue
+            if not resumable_again(run):
+                continue
+            restarts[run_id] = restarts.get(run_id, 0) + 1
+            name = f"pod-{tid}-r{restarts[run_id]}"
+            print(
+                f"==> {tid}: its run can go on again; its deployment restarts the pod ({name})",
+                flush=True,
+            )
+            result = pod_run(name=name, argv=argv, env=env, timeout=RUN_TIMEOUT_SECONDS, logs=logs)
+            status = (result.outcome or {}).get("status", f"exit {result.returncode}")
+            print(f"==> {tid}: pod {name} ended: {status}", flush=True)
+        connections.close_all()
+        time.sleep(poll_seconds)
 
 
 def wait_final(story: Story, numbers: list[int]) -> None:
@@ -449,7 +491,8 @@ def print_summary(summary: dict[str, Any]) -> None:
     if runs.get("maybe_sent", {}).get("unknown_steps"):
         out(
             "Try it: log in as supervisor, open the waiting email.send, look in .demo/mail, and "
-            "mark it sent (or retry, or abandon) with a note; the run resumes on the Celery worker."
+            "mark it sent (or retry, or abandon) with a note; the run's pod is restarted by its "
+            "deployment (this story's process) and finishes the run."
         )
     out(f"Review queue: {summary['review_queue']}  (log in as supervisor)")
     out()
@@ -481,18 +524,38 @@ def print_told(round_no: int, url: str) -> None:
     print(f"Review queue: {url}/queue/  (log in as supervisor)", flush=True)
 
 
-def run_story(*, url: str, started: float, no_story: bool = False, again: bool = False) -> None:
+def told_story(round_no: int, url: str) -> Story:
+    """The told round's pods as their deployment knows them after a restart: each pod run that is
+    not finished yet is watched again, so a decision taken after the restart still resumes it."""
+    story = Story(round_no=round_no, url=url)
+    env = {**os.environ, "INTENTLEDGER_URL": url, **CRASH_HOOKS}
+    enforced = {"evicted": "ledger", "maybe_sent": "nobody"}
+    for ticket in story_tickets(round_no):
+        if ticket.role not in enforced:
+            continue
+        tid = ticket_id(round_no, ticket)
+        run = Run.objects.filter(agent="support", external_id=f"ticket:{tid}").first()
+        if run is None or run.status in FINAL_STATUSES:
+            continue
+        argv = pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by=enforced[ticket.role])
+        story.deployed[str(run.pk)] = (tid, argv, env)
+    return story
+
+
+def run_story(
+    *, url: str, started: float, no_story: bool = False, again: bool = False
+) -> Story | None:
     wait_web(url)
     print(f"Agent Ledger is running at {url}/", flush=True)
     print(f"Dashboard: {url}/ (log in at {url}/login/); review queue: {url}/queue/", flush=True)
     print(f"API schema: {url}/api/v1/schema/", flush=True)
     print(f"Ready {time.time() - started:.1f}s after the command.", flush=True)
     if no_story:
-        return
+        return None
     round_no = next_round()
     if round_no > 1 and not again:  # a restart: the same story with new tickets helps nobody
         print_told(round_no - 1, url)
-        return
+        return told_story(round_no - 1, url)
 
     env = {**os.environ, "INTENTLEDGER_URL": url}
     story = Story(round_no=round_no, url=url)
@@ -524,3 +587,4 @@ def run_story(*, url: str, started: float, no_story: bool = False, again: bool =
     (STATE / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     connections.close_all()
     print_summary(summary)
+    return story

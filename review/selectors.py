@@ -11,7 +11,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, TextField
 from django.db.models.fields.json import KT, KeyTextTransform
 from django.db.models.functions import Cast
 
-from runs.constants import EventType, RunStatus, StatusReason, StepState
+from runs.constants import FINAL_STATUSES, EventType, RunRunner, RunStatus, StatusReason, StepState
 from runs.models import Event, Run, Step
 
 
@@ -313,3 +313,29 @@ def duplicates_prevented(events: list[Event], replays_by_key: int) -> dict[str, 
         "tool_replays": replays_by_key,
         "total": replayed + reconciled + replays_by_key,
     }
+
+
+def run_resumed_by(run: Run) -> str:
+    """Who takes the run up after a decision, truthfully: a worker that holds it, the ledger's
+    Celery workers (runner `celery`), or only its own process (runner `external`: the ledger
+    never starts it; runs.services._offer_on_commit)."""
+    if run.status in FINAL_STATUSES or run.status == RunStatus.BUDGET_EXCEEDED:
+        return f"The run is {run.status}: nothing more runs."
+    if run.lease_worker:
+        return f"Worker {run.lease_worker} holds the run now."
+    if run.status == RunStatus.NEEDS_REVIEW:
+        return "The run waits for its other items to be decided."
+    if run.runner == RunRunner.CELERY:
+        return "A Celery worker of the ledger takes it up: the run is offered to them now."
+    last = (
+        Event.objects.filter(run=run, type=EventType.LEASE_ACQUIRED)
+        .order_by("-seq")
+        .values_list("payload__worker", flat=True)
+        .first()
+    )
+    own = f"its own worker process ({last})" if last else "its own worker process"
+    return (
+        f"Nobody in the ledger resumes this run: it is run by {own}, and it goes on only when "
+        "that process, or the deployment that restarts it, attaches to it again. Until then "
+        "it waits without a worker, and its wall-clock budget keeps running."
+    )

@@ -30,6 +30,7 @@ from runs.api_errors import ApplicationError, invalid, note_required
 from runs.constants import (
     AGENT_NAME_RULE,
     BUDGET_LIMITS,
+    FINAL_STATUSES,
     EnforcedBy,
     Resolution,
     RunStatus,
@@ -595,7 +596,11 @@ def approval_rule_save(
     *, user: AbstractBaseUser, rule: ApprovalRule | None, values: dict[str, Any]
 ) -> ApprovalRule:
     """Create or edit an approval rule, audited. New write intents see it at once; steps
-    already waiting keep the request they were given."""
+    already waiting keep the request they were given. The forks' fence is not edited here."""
+    if rule is not None and rule.is_fork_fence:
+        raise ApplicationError(
+            "not_found", "No such approval rule (this one holds forks' writes).", status_code=404
+        )
     return _setting_save(
         user=user,
         stored=rule,
@@ -856,6 +861,13 @@ def escalation_webhook_add(*, user: AbstractBaseUser, url: str, secret: str) -> 
         return webhook
 
 
+def _waiting_as(step: Step) -> str:
+    """What a desk step waits for, in the escalation's words."""
+    if step.state == StepState.AWAITING_APPROVAL:
+        return "waiting for approval (nothing has run yet)"
+    return "unknown (it may or may not have happened)"
+
+
 def review_items_escalate(*, limit: int = 200) -> int:
     """Mail the supervisors once per item waiting longer than the SLA; returns mails sent.
 
@@ -880,6 +892,8 @@ def review_items_escalate(*, limit: int = 200) -> int:
         Step.objects.filter(
             state__in=(StepState.UNKNOWN, StepState.AWAITING_APPROVAL), intent_at__lt=cutoff
         )
+        # an approval in a finished run can no longer be decided: nobody is asked to
+        .exclude(state=StepState.AWAITING_APPROVAL, run__status__in=FINAL_STATUSES)
         .exclude(pk__in=Escalation.objects.filter(step__isnull=False).values("step_id"))
         .select_related("run")
         .order_by("intent_at")[:limit]
@@ -904,7 +918,7 @@ def review_items_escalate(*, limit: int = 200) -> int:
                     f"(run {step.run.agent} {str(step.run_id)[:8]})",
                     message=(
                         f"Step {step.index} ({step.name}) of run {step.run_id} "
-                        f"({step.run.agent}) has been unknown since "
+                        f"({step.run.agent}) has been {_waiting_as(step)} since "
                         f"{step.intent_at:%Y-%m-%d %H:%M:%S} UTC, longer than the "
                         f"{sla_seconds() // 60}-minute SLA.\n\n"
                         f"Decide: {base}/queue/{step.run_id}/{step.index}/\n"

@@ -335,7 +335,11 @@ run_decide = run_page_post(
     lambda user, run, form: services.review_run_decide(
         user=user, run_id=run.pk, **form.cleaned_data
     ),
-    lambda run: "Run abandoned." if run.status == RunStatus.ABANDONED else "Run resumed.",
+    lambda run: (
+        "Run abandoned."
+        if run.status == RunStatus.ABANDONED
+        else f"Run resumed. {selectors.run_resumed_by(run)}"
+    ),
 )
 
 
@@ -352,7 +356,9 @@ def limits_outcome(run: Run) -> str:
             f"Raise {limit} too for it to resume."
         )
     if run.status == RunStatus.RUNNING:
-        return "Limits raised; the run resumes with the next lease."
+        return (
+            f"Limits raised; the run resumes with the next lease. {selectors.run_resumed_by(run)}"
+        )
     return f"Limits raised; the run is {run.status}."
 
 
@@ -528,6 +534,7 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
         "approval": approval,
         "people": selectors.people_who_decide() if request.user.has_perm("review.resolve") else [],
         "form": extra.pop("form", None) or ResolveForm(),
+        "resumed_by": selectors.run_resumed_by(step.run) if step.resolution_action else "",
         **extra,
     }
 
@@ -768,7 +775,9 @@ def policy_delete(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 approval_rules = _settings_list(
-    "review/approval_rules.html", "rules", ApprovalRule.objects.order_by("agent", "tool_pattern")
+    "review/approval_rules.html",
+    "rules",
+    ApprovalRule.objects.filter(is_fork_fence=False).order_by("agent", "tool_pattern"),
 )
 approval_rule_edit = _settings_edit(
     ApprovalRuleForm,

@@ -73,6 +73,15 @@ class ResolutionAction(models.TextChoices):
     EXPIRE = "expire"  # nobody decided before the rule's expiry
 
 
+class ForkWrite(models.TextChoices):
+    """What a fork does with a tool whose writes already happened in the original after the
+    fork point (runs.services.run_fork): hold each of its writes for a person's approval, or
+    run them again."""
+
+    HOLD = "hold"
+    AGAIN = "again"
+
+
 class ApprovalOutcome(models.TextChoices):
     PENDING = "pending"
     APPROVED = "approved"

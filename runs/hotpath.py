@@ -184,7 +184,8 @@ def _intent_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
         body = step_json(gateway.step)
         if gateway.budget_refusal is not None:
             return _refusal(gateway.budget_refusal, {"step": body})
-        return HotAnswer(201 if gateway.created else 200, _dumps(body))
+        # 202 while an approval rule holds it, as the three-call form answers
+        return HotAnswer(intent_status(gateway.step.state, created=gateway.created), _dumps(body))
     result = services.step_intent_record(
         run_id=run_id,
         epoch=_int(data, "epoch", 0, MAX_EPOCH),

@@ -410,10 +410,15 @@ class Event(models.Model):
 class ApprovalRule(models.Model):
     """Write intents of `agent` (blank: every agent) whose tool name matches `tool_pattern` (a
     glob: `*` any run of characters) wait for `approvals_required` different people before they
-    run. Read by the journal kernel (runs/sql/0007_approvals.sql) at intent time."""
+    run. Read by the journal kernel (runs/sql/0018_fork_fences.sql) at intent time.
+
+    One row, made by a migration, is the forks' fence (`is_fork_fence`, never active by itself):
+    the kernel names it as the rule of a fork's write a ForkFence holds. It is not on the
+    approval rules page."""
 
     agent = models.CharField(max_length=100, blank=True, default="")
     tool_pattern = models.CharField(max_length=200)
+    is_fork_fence = models.BooleanField(default=False, db_default=False, editable=False)
     approvals_required = models.PositiveSmallIntegerField(default=1)
     expires_after_seconds = models.PositiveIntegerField(null=True, blank=True)
     active = models.BooleanField(default=True)
@@ -427,6 +432,15 @@ class ApprovalRule(models.Model):
                 fields=["agent", "tool_pattern"],
                 name="approval_rule_unique_per_agent_tool",
                 violation_error_message="This agent already has a rule for this tool pattern.",
+            ),
+            models.UniqueConstraint(
+                fields=["is_fork_fence"],
+                condition=Q(is_fork_fence=True),
+                name="approval_rule_one_fork_fence",
+            ),
+            models.CheckConstraint(
+                condition=Q(is_fork_fence=False) | Q(active=False),
+                name="approval_rule_fork_fence_inactive",
             ),
             models.CheckConstraint(
                 condition=Q(approvals_required__in=[1, 2]),
@@ -443,6 +457,26 @@ class ApprovalRule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent or 'every agent'}: {self.tool_pattern} ({self.approvals_required})"
+
+
+class ForkFence(models.Model):
+    """A tool whose writes a fork holds for a person's approval: the original already made them
+    after the fork point and the admin chose not to run them again (runs.services.run_fork).
+    Read by the journal kernel (runs/sql/0018_fork_fences.sql) at a write intent of the fork."""
+
+    pk = models.CompositePrimaryKey("run_id", "tool")
+    run = models.ForeignKey(
+        Run,
+        on_delete=models.CASCADE,
+        related_name="fork_fences",
+        db_constraint=False,  # ON DELETE CASCADE in SQL (runs 0018), as a retention delete needs
+    )
+    tool = models.CharField(max_length=200)
+    created_by = models.CharField(max_length=150)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.tool}"
 
 
 class ApprovalRequest(models.Model):

@@ -142,3 +142,32 @@ def runs_find(
 
 
 __all__ = ["KeyStep", "RunPage", "runs_find", "step_for_key"]
+
+
+# --- forks ------------------------------------------------------------------------------------
+
+# a write step in these states never ran: nothing of it happened in the original
+_WRITES_NEVER_RAN = ("denied", "awaiting_approval")
+
+
+@dataclass(frozen=True)
+class WriteAfterFork:
+    """A tool whose writes the original made at or after a fork point: a fork that goes on from
+    there may make them again, so run_fork asks, per tool, whether to hold or run them."""
+
+    name: str
+    steps: list[tuple[int, str]]  # (index, state) in the original, oldest first
+
+
+def fork_writes_after(*, run_id: UUID | str, index: int) -> list[WriteAfterFork]:
+    """The original's write steps from `index` on that may have happened, by tool name."""
+    by_tool: dict[str, list[tuple[int, str]]] = {}
+    rows = (
+        Step.objects.filter(run_id=run_id, index__gte=index, effect="write")
+        .exclude(state__in=_WRITES_NEVER_RAN)
+        .order_by("index")
+        .values_list("name", "index", "state")
+    )
+    for name, step_index, state in rows:
+        by_tool.setdefault(name, []).append((step_index, state))
+    return [WriteAfterFork(name=name, steps=steps) for name, steps in sorted(by_tool.items())]

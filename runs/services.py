@@ -6,6 +6,7 @@ services take it themselves through `lock_objects.run_for_update`.
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -27,6 +28,7 @@ from runs.constants import (
     Effect,
     EnforcedBy,
     EventType,
+    ForkWrite,
     Resolution,
     ResolutionAction,
     RunRunner,
@@ -42,7 +44,15 @@ from runs.kernel import (
     transition,
 )
 from runs.lock_objects import run_for_update
-from runs.models import Approval, ApprovalRequest, BudgetPolicy, Run, Step
+from runs.models import (
+    Approval,
+    ApprovalRequest,
+    ApprovalRule,
+    BudgetPolicy,
+    ForkFence,
+    Run,
+    Step,
+)
 from runs.recovery import key_state_lookup
 from runs.signals import run_resumable
 from tools.lookups import tool_lookup
@@ -954,8 +964,22 @@ def _legal_hold_text(run: Run) -> str:
 COPYABLE_STEP_STATES = frozenset({StepState.DONE, StepState.ERROR})
 
 
-def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
+def run_fork(
+    *,
+    run_id: UUID | str,
+    index: int,
+    by: str,
+    note: str,
+    writes: Mapping[str, str] | None = None,
+) -> Run:
     """A new run whose journal is the original's first `index` steps: "what if it had gone on".
+
+    The original's writes from `index` on (runs.selectors.fork_writes_after) were made once
+    already; the fork's own steps get new keys, so going on would make them again. `writes`
+    must name a ForkWrite for each such tool, or the fork is refused (`fork_writes_unchosen`,
+    with the tools): `hold` fences the tool in the fork (a ForkFence the kernel reads,
+    runs/sql/0018_fork_fences.sql: each write of it waits on the desk), `again` lets it run.
+    The choices are in the fork's `run_created` event.
 
     The copies keep their results and idempotency keys, so a worker on the fork replays them
     from the journal and the tool side answers their keys from its store: no write runs twice.
@@ -984,6 +1008,7 @@ def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
                     "recorded outcome; fork from an earlier step or resolve it first.",
                     details={"index": step.index, "state": step.state},
                 )
+        choices = _fork_write_choices(run_id=original.pk, index=index, writes=writes or {})
         now = clock.now()
         fork = Run(
             agent=original.agent,
@@ -1013,10 +1038,17 @@ def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
                 "forked_from": {"run_id": str(original.pk), "index": index},
                 "by": by,
                 "note": note,
+                **({"writes_after_fork": choices} if choices else {}),
             },
             actor=actor,
             at=now,
         )
+        held = [name for name, choice in choices.items() if choice == ForkWrite.HOLD]
+        if held:
+            fork_fence_rule()
+            ForkFence.objects.bulk_create(
+                ForkFence(run=fork, tool=name, created_by=by) for name in held
+            )
         copies = [_step_copy(fork, step) for step in steps]
         Step.objects.bulk_create(copies)
         for copy in copies:
@@ -1037,6 +1069,57 @@ def run_fork(*, run_id: UUID | str, index: int, by: str, note: str) -> Run:
             )
         )
         return fork
+
+
+def fork_fence_rule() -> ApprovalRule:
+    """The one approval rule a fork's held write waits under (never active by itself: the
+    kernel names it only for a write a ForkFence holds), made when first needed."""
+    rule, _ = ApprovalRule.objects.get_or_create(
+        is_fork_fence=True,
+        defaults={
+            "agent": "",
+            "tool_pattern": "(a fork's fence)",
+            "approvals_required": 1,
+            "active": False,
+            "created_by": "system",
+        },
+    )
+    return rule
+
+
+def _fork_write_choices(
+    *, run_id: UUID | str, index: int, writes: Mapping[str, str]
+) -> dict[str, str]:
+    """The choice for each tool the original wrote with from `index` on; refused unless every
+    such tool has one (and only those)."""
+    from runs.selectors import fork_writes_after
+
+    made = fork_writes_after(run_id=run_id, index=index)
+    names = {w.name for w in made}
+    bad = {n: c for n, c in writes.items() if n not in names or c not in ForkWrite.values}
+    if bad:
+        raise invalid(
+            "writes",
+            "Choose hold or again, only for the tools the original wrote with after the fork "
+            "point.",
+            f"Not a choice here: {', '.join(sorted(bad))}.",
+        )
+    missing = [w for w in made if w.name not in writes]
+    if missing:
+        said = "; ".join(
+            f"{w.name} (step{'s' if len(w.steps) > 1 else ''} "
+            + ", ".join(f"{i} {state}" for i, state in w.steps)
+            + ")"
+            for w in missing
+        )
+        raise ApplicationError(
+            "fork_writes_unchosen",
+            f"The original already wrote from step {index} on: {said}. A fork that goes on "
+            "would write again under new keys: choose, per tool, to hold its writes for a "
+            "person's approval or to run them again.",
+            details={"tools": {w.name: [i for i, _ in w.steps] for w in missing}},
+        )
+    return {name: writes[name] for name in sorted(names)}
 
 
 # What a fork's copy of a step keeps of the original: all it recorded (its key and result too)

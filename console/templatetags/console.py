@@ -22,6 +22,11 @@ def run_actions(context: template.Context, run: Run) -> dict[str, Any]:
     request = context.get("request")
     user = getattr(request, "user", None)
     can_act = bool(user is not None and user.has_perm("review.run_actions"))
+    asked = getattr(request, "GET", {}).get("fork", "")
+    plan = None
+    if can_act and asked.isdigit() and int(asked) <= run.step_count:
+        plan = selectors.fork_plan(run, int(asked))
+        plan["note"] = request.GET.get("fork_note", "")  # type: ignore[union-attr]
     return {
         "run": run,
         "csrf_token": context.get("csrf_token"),
@@ -30,4 +35,5 @@ def run_actions(context: template.Context, run: Run) -> dict[str, Any]:
         "cancel_form": CancelForm(),
         "fork_form": ForkForm(initial={"index": run.step_count}),
         "lineage": selectors.run_lineage(run),
+        "fork_plan": plan,
     }

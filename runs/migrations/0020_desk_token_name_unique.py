@@ -14,7 +14,7 @@ UPDATE runs_workertoken AS t
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0016_run_legal_hold_details"),
+        ("runs", "0018_newcomer_fork_fences"),
     ]
 
     operations = [

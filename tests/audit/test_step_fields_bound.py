@@ -118,7 +118,13 @@ def test_a_fork_and_a_cancelled_run_pass_all_four_checks_and_an_edited_copy_is_n
 ) -> None:
     from runs.services import run_cancel, run_fork
 
-    fork = run_fork(run_id=resolved_run, index=3, by="ada", note="copy the resolved email")
+    fork = run_fork(
+        run_id=resolved_run,
+        index=3,
+        by="ada",
+        note="copy the resolved email",
+        writes={"tickets.close": "again"},
+    )
     cancelled = killed_support_run(customer="bob@example.com")
     run_cancel(run_id=cancelled.run_id, by="ada", note="duplicate ticket")
     for run_id in (str(fork.pk), resolved_run, cancelled.run_id):

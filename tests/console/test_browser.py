@@ -155,6 +155,11 @@ def test_an_admin_cancels_then_forks_a_run_and_sees_its_lineage(
     page.fill("#fork-index", "5")
     page.fill("#fork-note", "Continue from step 5 without redoing the comments.")
     page.click("#fork-run")
+    # step 5 commented in the original: the fork's plan asks what to do with tickets.comment
+    page.locator("#fork-writes").wait_for()
+    assert "tickets.comment" in page.locator("#fork-writes").inner_text()
+    page.check("#write-1-hold")
+    page.click("#fork-confirm")
     page.locator("#forked-from").wait_for()
     fork = Run.objects.get(forked_from=run)
     assert page.url.endswith(f"/runs/{fork.pk}/")

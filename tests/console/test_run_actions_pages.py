@@ -72,7 +72,11 @@ def test_only_admins_may_act_on_runs(client_for: Any, group: str | None) -> None
 def test_an_admin_forks_a_run_and_lineage_shows_both_ways(client_for: Any) -> None:
     run, _ = journalled_run(6)
     admin = client_for(ADMINS, username="ada")
-    made = admin.post(f"/console/runs/{run.pk}/fork", {"index": 4, "note": "what if"}, follow=True)
+    made = admin.post(
+        f"/console/runs/{run.pk}/fork",
+        {"index": 4, "note": "what if", "write:tickets.comment": "again"},
+        follow=True,
+    )
     fork = Run.objects.get(forked_from=run)
     assert made.redirect_chain[-1][0] == f"/runs/{fork.pk}/"
     assert b'id="forked-from"' in made.content

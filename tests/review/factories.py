@@ -67,7 +67,11 @@ def _lost_lease(run_id: Any, ttl: int) -> None:
 
 
 def killed_support_run(
-    *, agent: str = "support", external_id: str | None = None, customer: str = "ada@example.com"
+    *,
+    agent: str = "support",
+    external_id: str | None = None,
+    customer: str = "ada@example.com",
+    runner: str = "external",
 ) -> UnknownStep:
     """The story: the support agent searched, created a ticket, then died while emailing.
 
@@ -80,6 +84,7 @@ def killed_support_run(
         input={"ticket": "refund please", "customer": customer},
         external_id=external_id,
         actor="worker:w-7",
+        runner=runner,
     )
     grant = run_lease_acquire(run_id=run.pk, worker="w-7", ttl_seconds=5, actor="worker:w-7")
     epoch = grant.epoch

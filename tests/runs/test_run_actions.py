@@ -136,7 +136,13 @@ def test_a_fork_copies_the_first_n_steps_with_their_keys_and_verifies() -> None:
     original, _ = journalled_run(6)
     run_cancel(run_id=original.pk, by="ada", note="stopped at step 6")
 
-    fork = run_fork(run_id=original.pk, index=4, by="ada", note="what if it had gone on")
+    fork = run_fork(
+        run_id=original.pk,
+        index=4,
+        by="ada",
+        note="what if it had gone on",
+        writes={"tickets.comment": "again"},
+    )
 
     assert (fork.status, fork.forked_from_id, fork.forked_from_index) == (
         RunStatus.PENDING,
@@ -170,7 +176,9 @@ def test_a_fork_copies_the_first_n_steps_with_their_keys_and_verifies() -> None:
 def test_a_worker_on_the_fork_replays_the_copies_and_executes_only_what_follows() -> None:
     original, _ = journalled_run(5)
     run_cancel(run_id=original.pk, by="ada", note="stop")
-    fork = run_fork(run_id=original.pk, index=3, by="ada", note="go on")
+    fork = run_fork(
+        run_id=original.pk, index=3, by="ada", note="go on", writes={"tickets.comment": "again"}
+    )
 
     grant = run_lease_acquire(run_id=fork.pk, worker="w-2", ttl_seconds=30, actor="worker:w-2")
     assert grant.recovered is False
@@ -218,9 +226,16 @@ def test_a_fork_index_outside_0_to_step_count_is_a_form_error(index: int) -> Non
 
 def test_a_fork_from_zero_is_a_fresh_run_and_one_past_an_unknown_step_is_refused() -> None:
     item = killed_support_run()
-    empty = run_fork(run_id=item.run_id, index=0, by="ada", note="from scratch")
+    hold = {"tickets.create": "hold", "email.send": "hold"}
+    empty = run_fork(run_id=item.run_id, index=0, by="ada", note="from scratch", writes=hold)
     assert empty.step_count == 0 and verify_journal(empty.pk) == 0
-    ok = run_fork(run_id=item.run_id, index=2, by="ada", note="before the email")
+    ok = run_fork(
+        run_id=item.run_id,
+        index=2,
+        by="ada",
+        note="before the email",
+        writes={"email.send": "hold"},
+    )
     assert ok.step_count == 2
     with pytest.raises(ApplicationError) as refused:
         run_fork(run_id=item.run_id, index=3, by="ada", note="with the unknown email")

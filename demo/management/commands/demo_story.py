@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-from demo.story import run_story
+from demo.story import deployment_watch, run_story
 
 
 class Command(BaseCommand):
@@ -57,9 +57,13 @@ class Command(BaseCommand):
         if seed:
             call_command("demo_seed", stdout=self.stdout)
         started = float(os.environ.get("DEMO_STARTED_AT") or time.time())
-        run_story(url=url.rstrip("/"), started=started, no_story=no_story, again=again)
+        story = run_story(url=url.rstrip("/"), started=started, no_story=no_story, again=again)
         if stay:
             self.stdout.write("Press Ctrl-C to stop.")
             self.stdout.flush()
+            if story is not None:
+                # the pods' runs are external: their deployment restarts them when they can go
+                # on (after a supervisor's decision), as an orchestrator would
+                deployment_watch(story)
             while True:
                 signal.pause()

@@ -411,7 +411,25 @@ class Run:
         if on_gateway:
             # one call: the ledger journals the intent, runs the tool under the step's key and
             # records its outcome (a crash anywhere in it is recovered from the key record)
-            step = self._gateway_step(index, name, effect, args)
+            try:
+                step = self._gateway_step(index, name, effect, args)
+                if step["state"] == "awaiting_approval":  # 202: an approval rule holds it
+                    self.journal[index] = step
+                    self._await_approval(index, name)
+                    # approved: the same call again runs the tool, once, under the step's key
+                    step = self._gateway_step(index, name, effect, args)
+            except ApprovalDenied:
+                self._next += 1  # the denied step keeps its index; the agent may go on
+                raise
+            if step["state"] not in ("done", "error"):
+                # the ledger did not run it (the run moved on under us): stop, fail nothing
+                raise self._stop(
+                    StaleLease(
+                        f"Step {index} ({name}) is {step['state']}: the ledger did not run it.",
+                        code="stale_epoch",
+                        details={"index": index, "state": step["state"]},
+                    )
+                )
             status = "ok" if step["state"] == "done" else "error"
             result, raised = step["result"], None
         elif effect == "read":
