@@ -112,7 +112,7 @@ async def concurrent_session(run: AgentRun) -> tuple[Any, list[Any]]:
         assert not hanging.done()  # the others did not wait for it
         release(run)
         held = await asyncio.wait_for(hanging, 30)
-    return held, others
+    return held, list(others)
 
 
 def test_concurrent_calls_are_each_journalled_and_a_hanging_one_blocks_none(desk: Desk) -> None:
@@ -215,7 +215,7 @@ def test_a_reused_run_keeps_working_session_after_session(desk: Desk) -> None:
     assert texts(third) == ["appended refund T-3"]
 
     runs = {
-        row.external_id: row
+        str(row.external_id): row
         for row in RunRow.objects.filter(external_id__startswith=run.external_id)
     }
     assert sorted(runs) == [run.external_id, f"{run.external_id}#2", f"{run.external_id}#3"]
@@ -235,7 +235,7 @@ def test_an_upstream_is_error_result_is_journalled_as_an_error_and_replayed_as_o
     assert first[0].is_error and "refused: no such ticket" in first[0].content[0].text
     step = run.step("files/refuse")
     assert step.state == "error"
-    assert step.result["isError"] is True
+    assert isinstance(step.result, dict) and step.result["isError"] is True
 
     again = asyncio.run(session_calls(run, calls))
     assert again[0].is_error and again[0].content[0].text == first[0].content[0].text
