@@ -369,3 +369,7 @@ LOGGING = {
 # GET /metrics (Prometheus) answers only a request with "Authorization: Bearer <METRICS_TOKEN>";
 # without a token set, the endpoint refuses everyone (403)
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+# Agent names are the workers' choice: /metrics gives its own label to the agents an admin named
+# (a budget policy, a scoped token, an approval rule), then to the busiest up to this many, and
+# sums the rest as agent="other", so a token inventing names cannot grow the series without bound.
+METRICS_AGENT_LABELS_MAX = env_int("METRICS_AGENT_LABELS_MAX", 50)
