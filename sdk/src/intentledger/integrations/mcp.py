@@ -3,7 +3,7 @@ as an MCP server. Every `tools/call` is a journalled step.
 
     intentledger mcp proxy --upstream "python files_server.py" --agent desk --run ticket-42
     intentledger mcp proxy --upstream http://files.internal:8000/mcp --agent desk --run ticket-42
-    intentledger mcp serve --agent desk [--run ticket-42] [--http 127.0.0.1:8765]
+    intentledger mcp serve --agent desk [--run ticket-42] [--http 127.0.0.1:8765 --http-token T]
 
 `proxy` speaks MCP on its stdin/stdout to the client, and to the upstream over stdio (a command
 line, started as its child) or streamable HTTP (a URL). One proxy session is one ledger run
@@ -41,8 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hmac
 import json
 import os
+import secrets
 import shlex
 import signal
 import sys
@@ -786,12 +788,14 @@ async def serve_http(
     run: str | None,
     host: str,
     port: int,
+    token: str,
     worker: str | None = None,
 ) -> int:
     """Serve the ledger's tools over streamable HTTP at http://host:port/mcp until stopped.
 
-    A call that names no run (`_meta`, `--run`) belongs to its MCP session's run
-    (`mcp-session-<id>`); runs are completed when the server stops.
+    Every request must carry `Authorization: Bearer <token>` (any local process could otherwise
+    use the ledger token behind it). A call that names no run (`_meta`, `--run`) belongs to its
+    MCP session's run (`mcp-session-<id>`); runs are completed when the server stops.
     """
     import uvicorn
 
@@ -799,7 +803,7 @@ async def serve_http(
     server: Server[Any] = Server(
         "intentledger", on_list_tools=tools.list_tools, on_call_tool=tools.call_tool
     )
-    app = server.streamable_http_app(host=host)
+    app = _bearer_required(server.streamable_http_app(host=host), token)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
 
     class _Server(uvicorn.Server):
@@ -819,6 +823,36 @@ async def serve_http(
     finally:
         await tools.close()
     return 0
+
+
+HTTP_TOKEN_ENV = "INTENTLEDGER_MCP_TOKEN"  # noqa: S105 (a variable name)
+
+
+def _bearer_required(app: Any, token: str) -> Any:
+    """`app` behind `Authorization: Bearer <token>`: any other HTTP request gets a 401."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                body = b'{"error": "unauthorized: send Authorization: Bearer <token>"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b"Bearer"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return guarded
 
 
 async def _serve_on_stdio(server: Server[Any]) -> None:
@@ -843,6 +877,15 @@ def serve_main(args: Any) -> int:
     with Ledger(args.ledger_url, args.ledger_token) as ledger:
         if args.http:
             host, _, port = args.http.rpartition(":")
+            token = args.http_token or os.environ.get(HTTP_TOKEN_ENV) or ""
+            if not token:
+                token = secrets.token_urlsafe(32)
+                print(
+                    f"intentledger mcp serve: clients send 'Authorization: Bearer {token}' "
+                    f"(set --http-token or {HTTP_TOKEN_ENV} to choose it)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return asyncio.run(
                 serve_http(
                     ledger=ledger,
@@ -850,6 +893,7 @@ def serve_main(args: Any) -> int:
                     run=args.run,
                     host=host or "127.0.0.1",
                     port=int(port),
+                    token=token,
                     worker=args.worker,
                 )
             )
