@@ -240,3 +240,17 @@ def test_an_upstream_is_error_result_is_journalled_as_an_error_and_replayed_as_o
     again = asyncio.run(session_calls(run, calls))
     assert again[0].is_error and again[0].content[0].text == first[0].content[0].text
     assert upstream_calls(run) == ["refuse"]  # the replay answered from the journal
+
+
+def test_a_call_the_ledger_refuses_leaves_its_index_to_the_next_call(desk: Desk) -> None:
+    run = desk.new_run("mcp-desk")
+    params = proxy_params(run)
+    proxy = McpLines([params.command, *params.args], params.env or {})
+    refused = proxy.call("lookup", {"ticket": "T" * 1_100_000})["result"]  # over the body limit
+    assert refused["isError"]
+    answer = proxy.call("lookup", {"ticket": "T-2"})["result"]
+    assert not answer.get("isError"), answer
+    assert answer["content"][0]["text"] == "T-2: open"
+    assert proxy.close() == 0
+    assert list(run.row.steps.values_list("index", "arguments")) == [(0, {"ticket": "T-2"})]
+    assert upstream_calls(run) == ["lookup"]  # the refused call never reached the upstream

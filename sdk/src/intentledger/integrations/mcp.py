@@ -166,6 +166,14 @@ class RunCalls:
         self.next_index += 1
         return index, None
 
+    def unclaim(self, index: int, recorded: dict[str, Any] | None) -> None:
+        """The claim's intent was refused (nothing journalled): the next call may have it.
+        Called before the claim's turn is released, so no later claim has been made."""
+        if recorded is not None:
+            self.unclaimed = dict(sorted({**self.unclaimed, index: recorded}.items()))
+        elif index == self.next_index - 1:
+            self.next_index = index
+
 
 def _canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -442,15 +450,15 @@ class Gateway:
                 return _text(f"validation_error: {refused.message}")
             effect, enforced_by = self.effect(name)
             step_name = f"{self.server_name}/{name}"
-            index, recorded = self.runs.journals[(agent, external_id)].claim(
-                step_name, effect, arguments
-            )
+            calls = self.runs.journals[(agent, external_id)]
+            index, recorded = calls.claim(step_name, effect, arguments)
             finished = self.runs.started(agent, external_id)
             handed_over = True
             try:
                 return await journal_from_async(
                     lambda await_on_loop: self._step(
                         run,
+                        calls,
                         index,
                         recorded,
                         name,
@@ -477,6 +485,7 @@ class Gateway:
     def _step(
         self,
         run: Run,
+        calls: RunCalls,
         index: int,
         recorded: dict[str, Any] | None,
         name: str,
@@ -514,7 +523,11 @@ class Gateway:
                         )
                     )
             intent = (index, "tool", step_name, effect, enforced_by, arguments)
-            step = run._intent(*intent, outcome=None)
+            try:
+                step = run._intent(*intent, outcome=None)
+            except BaseException:
+                calls.unclaim(index, recorded)  # e.g. arguments refused: the index is free
+                raise
             release()  # the index is the step's now: the next call may journal its own
             if step["state"] == "awaiting_approval":
                 run.journal[index] = step
