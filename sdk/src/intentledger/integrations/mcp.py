@@ -281,11 +281,6 @@ class Runs:
                 last = middle
         return named(last + 1 if status(last) in FINISHED_STATUSES else last)
 
-    def external_id(self, agent: str, external_id: str) -> str:
-        """The external id of the run a key entered (the series' current one for the session)."""
-        entered = self.entered.get((agent, external_id))
-        return entered[0].external_id or external_id if entered else external_id
-
     def count(self, agent: str, external_id: str) -> None:
         key = (agent, external_id)
         self.calls[key] = self.calls.get(key, 0) + 1
