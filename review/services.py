@@ -813,7 +813,8 @@ def _post_by_deadline(url: str, body: bytes, headers: dict[str, str], seconds: f
 
     async def post() -> int:
         async with (
-            httpx.AsyncClient(timeout=seconds, follow_redirects=False) as client,
+            # trust_env off: no HTTP_PROXY in between, the connection goes to the address checked
+            httpx.AsyncClient(timeout=seconds, follow_redirects=False, trust_env=False) as client,
             client.stream(
                 "POST",
                 target,
