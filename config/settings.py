@@ -293,6 +293,16 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(_broker_dir / "control"),
     }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Escalation webhooks are delivered from a queue of their own, so a slow receiver never holds
+# the worker processes agent runs wait for: start a worker for it (`celery -A config worker
+# -Q webhooks`), or add it to a worker's queues (`-Q celery,webhooks`).
+WEBHOOK_QUEUE = os.environ.get("WEBHOOK_QUEUE", "webhooks")
+CELERY_TASK_ROUTES = {"review.tasks.deliver_webhook": {"queue": WEBHOOK_QUEUE}}
+# One delivery attempt, connect to the end of the answer, takes at most this long.
+WEBHOOK_DELIVERY_SECONDS = float(os.environ.get("WEBHOOK_DELIVERY_SECONDS", "10"))
+# Webhooks may not target private, loopback or link-local addresses (169.254.169.254, the
+# database's port) unless this is set: the tests and the demo, whose receivers are local.
+WEBHOOK_ALLOW_PRIVATE = os.environ.get("WEBHOOK_ALLOW_PRIVATE", "") in ("1", "true", "yes")
 LEDGER_REAPER_INTERVAL_SECONDS = env_int("LEDGER_REAPER_INTERVAL_SECONDS", 5)
 # a live run nobody has touched for this long is dispatched again (its task may have been lost)
 LEDGER_REDISPATCH_IDLE_SECONDS = env_int("LEDGER_REDISPATCH_IDLE_SECONDS", 300)
@@ -410,3 +420,7 @@ LOGGING = {
 # GET /metrics (Prometheus) answers only a request with "Authorization: Bearer <METRICS_TOKEN>";
 # without a token set, the endpoint refuses everyone (403)
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+# Agent names are the workers' choice: /metrics gives its own label to the agents an admin named
+# (a budget policy, a scoped token, an approval rule), then to the busiest up to this many, and
+# sums the rest as agent="other", so a token inventing names cannot grow the series without bound.
+METRICS_AGENT_LABELS_MAX = env_int("METRICS_AGENT_LABELS_MAX", 50)

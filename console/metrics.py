@@ -7,7 +7,8 @@ the database at scrape time by `LedgerCollector`, so any web process answers the
 
 - `intentledger_runs{status}`: runs per status (gauge);
 - `intentledger_steps_total`, `intentledger_tokens_total`, `intentledger_recoveries_total`,
-  `intentledger_cost_usd_total` by agent;
+  `intentledger_cost_usd_total` by agent (agents an admin named, then the busiest up to
+  METRICS_AGENT_LABELS_MAX labels; the rest summed as `agent="other"`);
 - `intentledger_duplicates_prevented_total{kind}`: steps replayed from the journal by recoveries,
   and keys reconciled from the tool side; `intentledger_lease_expiries_total`;
 - `intentledger_review_queue_depth` and `intentledger_review_queue_oldest_age_seconds`;
@@ -38,6 +39,46 @@ from prometheus_client.registry import Collector
 
 from runs import clock
 from runs.vocabulary import EventType
+
+OTHER_AGENTS = "other"
+
+
+def metrics_agent_labels_max() -> int:
+    return int(getattr(settings, "METRICS_AGENT_LABELS_MAX", 50))
+
+
+def agent_series(by_agent: list[tuple[Any, ...]]) -> list[tuple[str, int, int, int, float]]:
+    """The per-agent rows as label values a worker token cannot multiply: an agent an admin
+    named (its own budget policy, a token scoped to it, an approval rule) keeps its label; the
+    others, most steps first, fill up to METRICS_AGENT_LABELS_MAX labels; the rest are summed
+    under `other`. Agent names are the workers' choice: without this, a token inventing names
+    made a series per name in each metric."""
+    from runs.models import ApprovalRule, BudgetPolicy, WorkerToken
+
+    named = set(BudgetPolicy.objects.exclude(agent=None).values_list("agent", flat=True))
+    named |= set(ApprovalRule.objects.exclude(agent="").values_list("agent", flat=True))
+    for agents in WorkerToken.objects.exclude(agents=[]).values_list("agents", flat=True):
+        named |= set(agents or [])
+    rows = [
+        (str(agent), int(s or 0), int(t or 0), int(r or 0), float(usd or 0))
+        for agent, s, t, r, usd in by_agent
+    ]
+    room = max(metrics_agent_labels_max() - len(named & {row[0] for row in rows}), 0)
+    unnamed = sorted((row for row in rows if row[0] not in named), key=lambda row: -row[1])
+    kept = {row[0] for row in rows if row[0] in named} | {row[0] for row in unnamed[:room]}
+    series = [row for row in rows if row[0] in kept and row[0] != OTHER_AGENTS]
+    folded = [row for row in rows if row[0] not in kept or row[0] == OTHER_AGENTS]
+    if folded:
+        series.append(
+            (
+                OTHER_AGENTS,
+                sum(row[1] for row in folded),
+                sum(row[2] for row in folded),
+                sum(row[3] for row in folded),
+                sum(row[4] for row in folded),
+            )
+        )
+    return series
 
 
 class LedgerCollector(Collector):
@@ -89,11 +130,11 @@ class LedgerCollector(Collector):
         cost = CounterMetricFamily(
             "intentledger_cost_usd", "Cost in US dollars, by agent.", labels=["agent"]
         )
-        for agent, n_steps, n_tokens, n_recoveries, usd in by_agent:
-            steps.add_metric([agent], int(n_steps or 0))
-            tokens.add_metric([agent], int(n_tokens or 0))
-            recoveries.add_metric([agent], int(n_recoveries or 0))
-            cost.add_metric([agent], float(usd or 0))
+        for agent, n_steps, n_tokens, n_recoveries, usd in agent_series(by_agent):
+            steps.add_metric([agent], n_steps)
+            tokens.add_metric([agent], n_tokens)
+            recoveries.add_metric([agent], n_recoveries)
+            cost.add_metric([agent], usd)
         yield from (steps, tokens, recoveries, cost)
         duplicates = CounterMetricFamily(
             "intentledger_duplicates_prevented",

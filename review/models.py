@@ -127,7 +127,9 @@ class EscalationWebhook(models.Model):
             models.CheckConstraint(
                 condition=Q(url__startswith="http://") | Q(url__startswith="https://"),
                 name="webhook_url_is_http",
-            )
+            ),
+            # the same URL twice would post every escalation twice
+            models.UniqueConstraint(fields=["url"], name="webhook_url_unique"),
         ]
         ordering = ["created_at"]
 

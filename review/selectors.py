@@ -216,6 +216,22 @@ def people_who_decide() -> list[Any]:
     )
 
 
+def webhooks_with_last_delivery() -> list[Any]:
+    """Every escalation webhook, oldest first, each with `last` (its latest delivery or None)."""
+    from review.models import EscalationWebhook, WebhookDelivery
+
+    webhooks = list(EscalationWebhook.objects.order_by("created_at"))
+    latest = (
+        WebhookDelivery.objects.filter(webhook_id__in=[w.pk for w in webhooks])
+        .order_by("webhook_id", "-created_at", "-pk")
+        .distinct("webhook_id")
+    )
+    by_webhook = {delivery.webhook_id: delivery for delivery in latest}
+    for webhook in webhooks:
+        webhook.last = by_webhook.get(webhook.pk)  # type: ignore[attr-defined]
+    return webhooks
+
+
 def supervisors_with_mail() -> list[Any]:
     from django.contrib.auth import get_user_model
 

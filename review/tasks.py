@@ -24,7 +24,13 @@ def escalate_waiting_items() -> int:
     retry_backoff_max=600,
     retry_jitter=True,
     max_retries=8,
+    # a backstop behind the delivery's own deadline (WEBHOOK_DELIVERY_SECONDS): the worker
+    # process is replaced if an attempt ever outlives it
+    time_limit=120,
 )
 def deliver_webhook(delivery_id: int) -> bool:
-    """Post one escalation to its webhook; a failure (no answer, 5xx) retries with backoff."""
+    """Post one escalation to its webhook; a failure (no answer, 5xx) retries with backoff.
+
+    Routed to the WEBHOOK_QUEUE queue (CELERY_TASK_ROUTES): a slow receiver holds a webhook
+    worker, never one that runs agents."""
     return webhook_deliver(delivery_id=delivery_id)

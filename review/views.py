@@ -39,7 +39,7 @@ from review.forms import (
     TokenForm,
     WebhookForm,
 )
-from review.models import AuditEntry, EscalationWebhook
+from review.models import AuditEntry
 from review.templatetags.review import waiting_badge
 from runs import clock
 from runs.api_errors import ApplicationError
@@ -813,12 +813,60 @@ def notifications(request: HttpRequest) -> HttpResponse:
         {
             "nav": "policies",
             "form": form,
-            "webhooks": list(EscalationWebhook.objects.order_by("created_at")),
+            "webhooks": selectors.webhooks_with_last_delivery(),
             "reachable": services.escalation_reachable(),
             "supervisors_with_mail": selectors.supervisors_with_mail(),
         },
         status=400 if request.method == "POST" else 200,
     )
+
+
+@require_POST
+@require_perm("manage_policies")
+def webhook_active(request: HttpRequest, webhook_id: int) -> HttpResponse:
+    """Turn a webhook off (escalations are not posted to it) or on again."""
+    active = request.POST.get("active") == "on"
+    _tell(
+        request,
+        lambda: services.escalation_webhook_set_active(
+            user=request.user,  # type: ignore[arg-type]
+            webhook_id=webhook_id,
+            active=active,
+        ),
+        lambda hook: f"Webhook {hook.url} is {'on' if hook.active else 'off'}.",
+    )
+    return HttpResponseRedirect(reverse("review:notifications"))
+
+
+@require_POST
+@require_perm("manage_policies")
+def webhook_delete(request: HttpRequest, webhook_id: int) -> HttpResponse:
+    _tell(
+        request,
+        lambda: services.escalation_webhook_delete(
+            user=request.user,  # type: ignore[arg-type]
+            webhook_id=webhook_id,
+        ),
+        lambda url: f"Webhook {url} removed.",
+    )
+    return HttpResponseRedirect(reverse("review:notifications"))
+
+
+@require_POST
+@require_perm("manage_policies")
+def webhook_test(request: HttpRequest, webhook_id: int) -> HttpResponse:
+    """Send a signed test post; the page shows how it went once it is delivered or fails."""
+    _tell(
+        request,
+        lambda: services.escalation_webhook_test(
+            user=request.user,  # type: ignore[arg-type]
+            webhook_id=webhook_id,
+        ),
+        lambda delivery: (
+            f"Test post queued to {delivery.webhook.url}: reload this page to see it land."
+        ),
+    )
+    return HttpResponseRedirect(reverse("review:notifications"))
 
 
 # --- worker tokens ------------------------------------------------------------------------------

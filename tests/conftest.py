@@ -336,6 +336,12 @@ os.environ.setdefault("PASSWORD_HASHERS", "django.contrib.auth.hashers.MD5Passwo
 settings.PASSWORD_HASHERS = os.environ["PASSWORD_HASHERS"].split(",")  # settings loaded already
 setting_changed.send(None, setting="PASSWORD_HASHERS", value=settings.PASSWORD_HASHERS, enter=True)
 
+# the suite's webhook receivers listen on 127.0.0.1, which the product refuses as a target unless
+# WEBHOOK_ALLOW_PRIVATE is set: set for this process and every server or worker it starts (the
+# tests of that refusal turn it off for themselves)
+os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE", "1")
+settings.WEBHOOK_ALLOW_PRIVATE = os.environ["WEBHOOK_ALLOW_PRIVATE"] == "1"
+
 # the dashboard's open pages poll for changes every few seconds (DASHBOARD_POLL_SECONDS and
 # DASHBOARD_LIVE_RUN_POLL_SECONDS); the browser tests wait for what a poll brings (a queue row
 # leaving, a run completing) from the live server in this process, so its pages poll every second.

@@ -369,6 +369,8 @@ def start_celery_worker(
     args = [sys.executable, "-m", "celery", "-A", "config", "worker", "-l", "info", "-P", pool]
     if pool != "solo":
         args += ["-c", str(concurrency)]
+    # the agents' queue and the webhook deliveries' own (config.settings.CELERY_TASK_ROUTES)
+    args += ["-Q", f"celery,{os.environ.get('WEBHOOK_QUEUE', 'webhooks')}"]
     args += ["-n", f"{node}@%h", "--without-gossip", "--without-mingle"]
     if not heartbeat:
         args.append("--without-heartbeat")

@@ -6,7 +6,7 @@ from review.roles import groups_ensure_migration, permission_drop_migration
 
 
 class Migration(migrations.Migration):
-    dependencies = [("review", "0005_audit_admin_permission")]
+    dependencies = [("review", "0006_proxyhooks_webhook_url_unique")]
 
     operations = [
         migrations.AlterModelOptions(

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from console.logs import JsonFormatter
 from runs.constants import RunStatus, StepState
-from runs.models import Event, Run, Step
+from runs.models import BudgetPolicy, Event, Run, Step
 from runs.services import run_cancel
 from runs.tokens import worker_token_create
 from tests.console.factories import evicted_at_step_12, journalled_run
@@ -74,6 +74,38 @@ def test_a_scrape_parsed_with_prometheus_client_matches_the_database(metrics_tok
     assert Step.objects.filter(state=StepState.UNKNOWN).count() == 1
     assert samples["intentledger_review_queue_oldest_age_seconds"][()] >= 0
     assert samples["intentledger_chain_alerts_open"][()] == 0
+
+
+def test_a_worker_token_inventing_agent_names_cannot_grow_the_series_without_bound(
+    metrics_token: str, settings: Any
+) -> None:
+    settings.METRICS_AGENT_LABELS_MAX = 5
+    _, token = worker_token_create(name="inventive")
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    for n in range(40):  # runs under 40 made-up agent names, through the API
+        created = api.post("/api/v1/runs/", {"agent": f"made-up-{n}", "input": {}}, format="json")
+        assert created.status_code == 201
+    BudgetPolicy.objects.create(
+        name="billing",
+        agent="billing",
+        max_steps=100,
+        max_tokens=10**6,
+        max_wall_seconds=600,
+        max_recoveries=3,
+    )
+    journalled_run(1, agent="billing")  # an agent an admin named: a policy of its own
+    journalled_run(4, agent="made-up-7")  # the busiest invented one
+
+    samples = scrape()
+
+    for metric in ("intentledger_steps_total", "intentledger_tokens_total"):
+        agents = {dict(labels)["agent"] for labels in samples[metric]}
+        assert len(agents) <= 5 + 1  # the cap, and "other"
+        assert {"billing", "made-up-7", "other"} <= agents
+    steps = samples["intentledger_steps_total"]
+    assert steps[(("agent", "billing"),)] == 1 and steps[(("agent", "made-up-7"),)] == 4
+    assert sum(steps.values()) == Run.objects.aggregate(n=Sum("step_count"))["n"]  # none lost
 
 
 def test_the_hot_calls_are_timed_by_call_and_answer_code(metrics_token: str) -> None:

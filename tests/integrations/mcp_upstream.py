@@ -5,6 +5,9 @@ too but once per idempotency key (the proxy sends it in `_meta`). Every call is
 counted in WORK_DIR/upstream_calls.txt. Over stdio it records the pid of the proxy that started it
 in proxy.pid (its parent, or LAUNCHED_BY_PID when launch.py started it, forked from a preloaded
 interpreter); with UPSTREAM_HTTP_PORT it serves streamable HTTP instead.
+`held` (read-only) and `held_append` (a write) wait until WORK_DIR/release exists: a call that
+hangs while the test does something else (calls are served concurrently); `refuse` answers
+with `isError: true` (the tool's own failure, not a protocol error).
 UPSTREAM_KILL_PROXY_INSIDE=<tool> SIGKILLs the proxy right after the effect (before the proxy
 can journal the outcome); UPSTREAM_DIE_INSIDE=<tool> makes this server exit there instead.
 """
@@ -13,8 +16,10 @@ import os
 import signal
 from pathlib import Path
 
+import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
 WORK = Path(os.environ["WORK_DIR"])
@@ -63,6 +68,36 @@ def append_keyed(line: str, ctx: Context) -> str:
             effects.write(f"{line} {key}\n")
     crash_points("append_keyed")
     return f"appended {line}"
+
+
+async def until_released() -> None:
+    while not (WORK / "release").exists():
+        await anyio.sleep(0.05)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def held(ticket: str) -> str:
+    """Look a ticket up in a system that answers only once the test releases it."""
+    count("held")
+    await until_released()
+    return f"{ticket}: held and open"
+
+
+@server.tool()
+async def held_append(line: str) -> str:
+    """Append a line, once the test releases the call."""
+    count("held_append")
+    await until_released()
+    with open(WORK / "effects.txt", "a") as effects:
+        effects.write(f"{line}\n")
+    return f"appended {line}"
+
+
+@server.tool()
+def refuse(reason: str) -> str:
+    """Refuse, as a tool does: an `isError: true` result."""
+    count("refuse")
+    raise ToolError(f"refused: {reason}")
 
 
 if __name__ == "__main__":

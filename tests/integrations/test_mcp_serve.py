@@ -6,6 +6,7 @@ import subprocess
 import sys
 from typing import Any
 
+import httpx
 import pytest
 
 from runs.models import Run as RunRow
@@ -83,23 +84,73 @@ def test_server_killed_after_a_write_replays_it_without_a_second_ticket(desk: De
     assert run.row.used_recoveries == 1
 
 
+HTTP_TOKEN = "local-clients-need-this-7d1e"
+
+
+def serve_http(desk: Desk, port: int, **env: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "intentledger", "mcp", "serve", "--agent", "mcp-http"]
+    return subprocess.Popen(
+        [*argv, "--http", f"127.0.0.1:{port}", "--worker", "http-1"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "INTENTLEDGER_URL": desk.url,
+            "INTENTLEDGER_TOKEN": desk.token,
+            **env,
+        },
+        text=True,
+    )
+
+
+def test_over_streamable_http_a_local_process_needs_the_bearer_token(desk: Desk) -> None:
+    """Any process on the machine could reach 127.0.0.1 and spend the ledger token behind it."""
+    port = free_port()
+    server = serve_http(desk, port, INTENTLEDGER_MCP_TOKEN=HTTP_TOKEN)
+    token = HTTP_TOKEN
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/mcp", proc=server)
+        hello = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "intruder", "version": "1"},
+            },
+        }
+        headers = {"Accept": "application/json, text/event-stream"}
+        url = f"http://127.0.0.1:{port}/mcp"
+        refused = httpx.post(url, json=hello, headers=headers)
+        assert refused.status_code == 401
+        wrong = httpx.post(url, json=hello, headers={**headers, "Authorization": "Bearer guess"})
+        assert wrong.status_code == 401
+        answered = httpx.post(
+            url, json=hello, headers={**headers, "Authorization": f"Bearer {token}"}
+        )
+        assert answered.status_code == 200
+    finally:
+        stop_process(server)
+
+
 def test_over_streamable_http_a_call_without_a_run_belongs_to_its_session(desk: Desk) -> None:
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
 
     named = desk.new_run("mcp-http")
     port = free_port()
-    argv = [sys.executable, "-m", "intentledger", "mcp", "serve", "--agent", "mcp-http"]
-    server = subprocess.Popen(
-        [*argv, "--http", f"127.0.0.1:{port}", "--worker", "http-1"],
-        cwd=ROOT,
-        env={**os.environ, "INTENTLEDGER_URL": desk.url, "INTENTLEDGER_TOKEN": desk.token},
-    )
+    server = serve_http(desk, port, INTENTLEDGER_MCP_TOKEN=HTTP_TOKEN)
     customer = f"{named.external_id}@example.com"
 
     async def client() -> str | None:
+        bearer = create_mcp_http_client(headers={"Authorization": f"Bearer {HTTP_TOKEN}"})
         async with (
-            streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write),
+            bearer,
+            streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=bearer) as (
+                read,
+                write,
+            ),
             ClientSession(read, write) as session,
         ):
             await session.initialize()

@@ -46,6 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="HOST:PORT",
         help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio",
     )
+    serve.add_argument(
+        "--http-token",
+        default=None,
+        help="the bearer token HTTP clients must send (default: INTENTLEDGER_MCP_TOKEN, "
+        "else one is generated and printed at start)",
+    )
     serve.add_argument("--worker", default=None, help="a stable worker name (INTENTLEDGER_WORKER)")
     serve.add_argument("--ledger-url", default=None, help="default: INTENTLEDGER_URL")
     serve.add_argument("--ledger-token", default=None, help="default: INTENTLEDGER_TOKEN")

@@ -3,12 +3,19 @@ as an MCP server. Every `tools/call` is a journalled step.
 
     intentledger mcp proxy --upstream "python files_server.py" --agent desk --run ticket-42
     intentledger mcp proxy --upstream http://files.internal:8000/mcp --agent desk --run ticket-42
-    intentledger mcp serve --agent desk [--run ticket-42] [--http 127.0.0.1:8765]
+    intentledger mcp serve --agent desk [--run ticket-42] [--http 127.0.0.1:8765 --http-token T]
 
 `proxy` speaks MCP on its stdin/stdout to the client, and to the upstream over stdio (a command
 line, started as its child) or streamable HTTP (a URL). One proxy session is one ledger run
 (`--agent`, `--run` as its external id, so a restarted proxy attaches to the same run), completed
-when the client disconnects. Each `tools/call` is a step named `<upstream server>/<tool>`:
+when the client disconnects with every call answered. A client that disconnects while a call is
+still in flight leaves the run open (recovery decides; a write that may have happened goes to
+review). A `--run` whose run is finished (an app's config starts every session with the same
+`--run`) continues in the next run of its series: `<run>#2`, `<run>#3`, ... Calls may come
+concurrently: each takes the next step index in the order it arrived (its intent journalled in
+turn), runs on the upstream beside the others, and after a crash a re-sent call is matched to
+its recorded step by name and arguments, in whatever order it comes. Each `tools/call` is a step
+named `<upstream server>/<tool>`:
 
 - a tool is a write unless an admin marked it read in the dashboard ("MCP tools": the proxy
   reports the upstream's tools to the ledger at each `tools/list` and gets the marks back), or,
@@ -18,8 +25,9 @@ when the client disconnects. Each `tools/call` is a step named `<upstream server
   writes are `enforced_by: nobody` (a crash between the upstream's answer and the journalled
   outcome sends the step to the review queue) unless `--keyed TOOL` says the upstream honours
   that key (`enforced_by: tool`: the step is re-executed under the same key);
-- a replayed call answers the recorded result without reaching the upstream; tools are listed
-  without their output schema (a step resolved by a supervisor has only a text answer);
+- a replayed call answers the recorded result without reaching the upstream; an upstream result
+  with `isError: true` is journalled as an `error` step; tools are listed without their output
+  schema (a step resolved by a supervisor has only a text answer);
 - an upstream that dies mid-call leaves the step `intent` (recovery decides) and the proxy
   answers that call, and every later one, with an error;
 - a run that needs review (or is finished, or a ledger that cannot be reached) answers every
@@ -33,13 +41,16 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hmac
 import json
 import os
+import secrets
 import shlex
 import signal
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from contextlib import asynccontextmanager, contextmanager, suppress
+from typing import Any, Literal
 
 import anyio
 import mcp_types as types
@@ -52,15 +63,19 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from intentledger._ledger import Ledger
-from intentledger._run import Run
-from intentledger.errors import LedgerError, LedgerUnavailable, StepFailed, StopRun
-from intentledger.integrations._core import (
-    JournalError,
-    _step_key,
-    journal_from_async,
-    journal_tool,
-    journalable,
+from intentledger._run import Run, _denied
+from intentledger.errors import (
+    LedgerError,
+    LedgerUnavailable,
+    NeedsReview,
+    RunFinished,
+    StepFailed,
+    StopRun,
 )
+from intentledger.integrations._core import JournalError, journal_from_async, journalable
+
+# a run in one of these takes no more steps: a session's series continues in the next run
+FINISHED_STATUSES = frozenset({"completed", "failed", "abandoned", "cancelled"})
 
 KEY_META = "intentledger/idempotency_key"
 
@@ -85,23 +100,134 @@ def _named_run(params: Any) -> tuple[str | None, str | None]:
     return (str(agent) if agent else None), (str(run) if run else None)
 
 
+class Turns:
+    """Lets the calls of one run journal their intents one at a time, in the order they arrived.
+
+    A call takes its ticket when its request arrives (before any await), waits for its turn,
+    journals its intent and releases the turn; the upstream's work then runs concurrently with
+    the calls after it. `release` is idempotent and must run on the event loop.
+    """
+
+    def __init__(self) -> None:
+        self.issued = 0
+        self.serving = 0
+        self.finished: set[int] = set()
+        self.events: dict[int, asyncio.Event] = {}
+
+    def take(self) -> int:
+        ticket = self.issued
+        self.issued += 1
+        self.events[ticket] = asyncio.Event()
+        if ticket == self.serving:
+            self.events[ticket].set()
+        return ticket
+
+    async def wait(self, ticket: int) -> None:
+        await self.events[ticket].wait()
+
+    def release(self, ticket: int) -> None:
+        if ticket < self.serving or ticket in self.finished:
+            return
+        self.finished.add(ticket)
+        while self.serving in self.finished:
+            self.finished.discard(self.serving)
+            self.events.pop(self.serving, None)
+            self.serving += 1
+        if self.serving in self.events:
+            self.events[self.serving].set()
+
+
+class RunCalls:
+    """Which step index each `tools/call` of one run gets: its turn's, or a recorded step's.
+
+    A call that matches a recorded step no call of this session has claimed yet (same name,
+    effect and arguments; the earliest such) is that step again: a replay after a crash answers
+    from the journal, or re-executes an interrupted step under its key, whatever order the
+    client re-sends its calls in. Any other call is a new step at the next index. Claims are
+    made under the run's turn (`Turns`), so two calls never get one index.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.unclaimed: dict[int, dict[str, Any]] = dict(sorted(run.journal.items()))
+        self.next_index = max(run.journal) + 1 if run.journal else 0
+
+    def claim(
+        self, name: str, effect: str, arguments: dict[str, Any]
+    ) -> tuple[int, dict[str, Any] | None]:
+        wanted = _canonical_json(arguments)
+        for index, step in self.unclaimed.items():
+            if (step["kind"], step["name"], step["effect"]) == ("tool", name, effect) and (
+                _canonical_json(step["arguments"]) == wanted
+            ):
+                del self.unclaimed[index]
+                return index, step
+        index = self.next_index
+        self.next_index += 1
+        return index, None
+
+    def unclaim(self, index: int, recorded: dict[str, Any] | None) -> None:
+        """The claim's intent was refused (nothing journalled): the next call may have it.
+        Called before the claim's turn is released, so no later claim has been made."""
+        if recorded is not None:
+            self.unclaimed = dict(sorted({**self.unclaimed, index: recorded}.items()))
+        elif index == self.next_index - 1:
+            self.next_index = index
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class CallsInFlight(StopRun):
+    """The session ended with calls whose outcome is not journalled: the run is left open."""
+
+
+# how long a session's end waits for calls still running before it leaves their run open
+CLOSE_GRACE_SECONDS = 3.0
+SERIES_SEPARATOR = "#"
+
+
 class Runs:
     """The ledger runs one MCP session writes to, by (agent, external id).
 
     Each is entered on first use in a context of its own (a run's `with` sets a context
     variable, and is left in the same context) and left when the session ends: completed with
     the number of its tool calls, or, once stopped (in review, fenced, its upstream lost), with
-    nothing more written. A run the ledger refused stays refused for the session.
+    nothing more written. A run with a call still in flight when the session ends (its outcome
+    not journalled: the client went away while the upstream worked) is not completed: it is left
+    open for recovery (a lease that lapses; the recovery rules send a write that may have
+    happened to review). A run the ledger refused stays refused for the session.
+
+    The session's own run (`session`: `--agent`, `--run`) is a series: when the run named
+    `--run` is finished (a previous session completed it), the session continues in the next
+    run of the series, `<run>#2`, `<run>#3`, ..., the first that is not finished; a restarted
+    session finds an unfinished one (left by a crash) and attaches to it.
     """
 
-    def __init__(self, ledger: Ledger, *, input: Any, worker: str | None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        input: Any,
+        worker: str | None,
+        session: tuple[str, str] | None = None,
+    ) -> None:
         self.ledger = ledger
         self.input = input
         self.worker = worker
+        self.session = session
         self.entered: dict[tuple[str, str], tuple[Run, contextvars.Context]] = {}
+        self.journals: dict[tuple[str, str], RunCalls] = {}
         self.refused: dict[tuple[str, str], str] = {}
         self.stopped: dict[tuple[str, str], StopRun] = {}
         self.calls: dict[tuple[str, str], int] = {}
+        self.turns: dict[tuple[str, str], Turns] = {}
+        self.left_open: dict[tuple[str, str], str] = {}
+        self.in_flight: dict[tuple[str, str], set[asyncio.Future[None]]] = {}
+
+    def turns_of(self, agent: str, external_id: str) -> Turns:
+        return self.turns.setdefault((agent, external_id), Turns())
 
     async def get(self, agent: str, external_id: str) -> Run | str:
         """The run, or why it refuses calls (`code: message`)."""
@@ -109,31 +235,97 @@ class Runs:
         if key in self.refused:
             return self.refused[key]
         if key not in self.entered:
-            run = self.ledger.run(agent, self.input, external_id=external_id, worker=self.worker)
             context = contextvars.copy_context()
+            run = self.ledger.run(agent, self.input, external_id=external_id, worker=self.worker)
             try:
-                await asyncio.to_thread(context.run, run.__enter__)
+                try:
+                    await asyncio.to_thread(context.run, run.__enter__)
+                except RunFinished:
+                    if key != self.session:
+                        raise
+                    current = await asyncio.to_thread(self._series_current, agent, external_id)
+                    run = self.ledger.run(
+                        agent, self.input, external_id=current, worker=self.worker
+                    )
+                    await asyncio.to_thread(context.run, run.__enter__)
             except LedgerError as refused:  # in review, finished, unreachable
                 self.refused[key] = f"{refused.code}: {refused.message}"
                 return self.refused[key]
             self.entered[key] = (run, context)
+            self.journals[key] = RunCalls(run)
         return self.entered[key][0]
+
+    def _series_current(self, agent: str, base: str) -> str:
+        """The external id a session named `base` continues in: the last run of the series
+        (`base`, `base#2`, ...) unless it is finished, then the next one."""
+
+        def named(number: int) -> str:
+            return base if number == 1 else f"{base}{SERIES_SEPARATOR}{number}"
+
+        def status(number: int) -> str | None:
+            found = self.ledger._transport.request(
+                "GET",
+                "/api/v1/runs/",
+                params={"agent": agent, "external_id": named(number), "limit": 1},
+            ).body["runs"]
+            return str(found[0]["status"]) if found else None
+
+        last, missing = 1, 2  # `base` exists (it is finished); find the last one by doubling
+        while status(missing) is not None:
+            last, missing = missing, missing * 2
+        while missing - last > 1:  # then halving: every number up to the last one exists
+            middle = (last + missing) // 2
+            if status(middle) is None:
+                missing = middle
+            else:
+                last = middle
+        return named(last + 1 if status(last) in FINISHED_STATUSES else last)
 
     def count(self, agent: str, external_id: str) -> None:
         key = (agent, external_id)
         self.calls[key] = self.calls.get(key, 0) + 1
 
-    def stop(self, agent: str, external_id: str, stop: StopRun) -> str:
+    def stop(self, agent: str, external_id: str, stop: LedgerError) -> str:
         """The run must write nothing more (a person or recovery decides); refuse its calls."""
         key = (agent, external_id)
-        self.stopped[key] = stop
+        if isinstance(stop, StopRun):
+            self.stopped[key] = stop
         self.refused[key] = f"{stop.code}: {stop.message}"
         return self.refused[key]
 
+    def started(self, agent: str, external_id: str) -> Callable[[], None]:
+        """A call of the run is in flight until the returned function is called (any thread)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        calls = self.in_flight.setdefault((agent, external_id), set())
+        calls.add(done)
+
+        def finish() -> None:
+            calls.discard(done)
+            if not done.done():
+                done.set_result(None)
+
+        def finished() -> None:
+            with suppress(RuntimeError):  # the loop is gone: nobody waits any more
+                loop.call_soon_threadsafe(finish)
+
+        return finished
+
     async def close(self, lost: UpstreamLost | None = None) -> bool:
         """Leave every run; True when every run the session named was completed."""
+        pending = {call for calls in self.in_flight.values() for call in calls}
+        if pending:
+            await asyncio.wait(pending, timeout=CLOSE_GRACE_SECONDS)
         for key, (run, context) in self.entered.items():
             stop: LedgerError | None = lost or self.stopped.get(key)
+            unfinished = len(self.in_flight.get(key, ()))
+            if stop is None and unfinished:
+                stop = CallsInFlight(
+                    f"the client went away with {unfinished} tools/call in flight: run {run.id} "
+                    "is left open for recovery (a write that may have happened goes to review)",
+                    code="calls_in_flight",
+                )
+                self.left_open[key] = stop.message
             if stop is None:
                 run.output = {"tool_calls": self.calls.get(key, 0)}
             try:
@@ -142,14 +334,27 @@ class Runs:
                 )
             except LedgerError as refused:
                 self.refused[key] = f"{refused.code}: {refused.message}"
-        return lost is None and not self.refused
+        for message in self.left_open.values():
+            print(f"intentledger mcp: {message}", file=sys.stderr)
+        return lost is None and not self.refused and not self.left_open
+
+
+def _recorded_answer(step: dict[str, Any]) -> types.CallToolResult:
+    """What the journal says a call answered: the upstream's own result when it has one."""
+    result = step.get("result")
+    if isinstance(result, dict) and "content" in result:
+        return types.CallToolResult.model_validate(result)
+    # e.g. a supervisor's "sent" ({"resolved_as": "sent"}): what the journal knows, as text
+    return _text(json.dumps(result, ensure_ascii=False), error=step["state"] == "error")
 
 
 class Gateway:
     """One proxy session: the upstream client session, its runs and the tool policy.
 
     Calls go to the run the client names in `_meta["intentledger/run"]` (and
-    `"intentledger/agent"`), or to the session's run (`--agent`, `--run`).
+    `"intentledger/agent"`), or to the session's run (`--agent`, `--run`). A client may send
+    calls concurrently: each takes its run's next turn on arrival, journals its intent in that
+    turn and runs on the upstream concurrently with the others.
     """
 
     def __init__(
@@ -212,67 +417,152 @@ class Gateway:
     async def call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        if self.lost is not None:
-            return _text(f"upstream_lost: {self.lost.message}")
         named_agent, named_run = _named_run(params)
         agent, external_id = named_agent or self.agent, named_run or self.default_run
-        run = await self.runs.get(agent, external_id)
-        if isinstance(run, str):
-            return _text(run)
-        self.runs.count(agent, external_id)
-        name = params.name
-        if name not in self.tools:
-            await self.list_tools(ctx, None)
-        try:
-            arguments = journalable(dict(params.arguments or {}), what="arguments")
-        except JournalError as refused:
-            return _text(f"validation_error: {refused.message}")
-        effect, enforced_by = self.effect(name)
+        turns = self.runs.turns_of(agent, external_id)
+        ticket = turns.take()  # on arrival, before any await: the order the client sent
+        loop = asyncio.get_running_loop()
+        handed_over = False
 
-        def journal(await_on_loop: Callable[[Awaitable[Any]], Any]) -> Any:
-            def execute() -> Any:
-                key = _step_key.get()
-                meta: Any = {KEY_META: key} if key else None
-                try:
-                    result = await_on_loop(self.upstream.call_tool(name, arguments, meta=meta))
-                except MCPError as error:
-                    if error.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
-                        raise  # the upstream answered with an error: the step's recorded error
+        def release() -> None:  # from the call's thread, once its intent is journalled
+            with suppress(RuntimeError):  # the loop is gone: nobody waits any more
+                loop.call_soon_threadsafe(turns.release, ticket)
+
+        try:
+            await turns.wait(ticket)
+            if self.lost is not None:
+                return _text(f"upstream_lost: {self.lost.message}")
+            run = await self.runs.get(agent, external_id)
+            if isinstance(run, str):
+                return _text(run)
+            self.runs.count(agent, external_id)
+            name = params.name
+            if name not in self.tools:
+                await self.list_tools(ctx, None)
+            try:
+                arguments = journalable(dict(params.arguments or {}), what="arguments")
+            except JournalError as refused:
+                return _text(f"validation_error: {refused.message}")
+            effect, enforced_by = self.effect(name)
+            step_name = f"{self.server_name}/{name}"
+            calls = self.runs.journals[(agent, external_id)]
+            index, recorded = calls.claim(step_name, effect, arguments)
+            finished = self.runs.started(agent, external_id)
+            handed_over = True
+            try:
+                return await journal_from_async(
+                    lambda await_on_loop: self._step(
+                        run,
+                        calls,
+                        index,
+                        recorded,
+                        name,
+                        arguments,
+                        effect,
+                        enforced_by,
+                        await_on_loop=await_on_loop,
+                        release=release,
+                        finished=finished,
+                    )
+                )
+            except UpstreamLost as lost:
+                self.lost = lost
+                return _text(f"upstream_lost: {lost.message}")
+            except (StopRun, LedgerUnavailable) as stop:
+                # fenced, in review, finished, or no ledger: the session writes nothing more
+                return _text(self.runs.stop(agent, external_id, stop))
+            except LedgerError as refused:  # e.g. approval_denied: this call only
+                return _text(f"{refused.code}: {refused.message}")
+        finally:
+            if not handed_over:
+                turns.release(ticket)
+
+    def _step(
+        self,
+        run: Run,
+        calls: RunCalls,
+        index: int,
+        recorded: dict[str, Any] | None,
+        name: str,
+        arguments: dict[str, Any],
+        effect: str,
+        enforced_by: Any,
+        *,
+        await_on_loop: Callable[[Awaitable[Any]], Any],
+        release: Callable[[], None],
+        finished: Callable[[], None],
+    ) -> types.CallToolResult:
+        """One call as step `index` (in a worker thread): its intent journalled in the call's
+        turn, the upstream called after the turn, the outcome journalled after it answered."""
+        step_name = f"{self.server_name}/{name}"
+        try:
+            if recorded is not None:
+                state = recorded["state"]
+                if state in ("done", "error"):  # a replay: the journal answers
+                    run.replayed += 1
+                    return _recorded_answer(recorded)
+                if state == "unknown":
+                    raise run._stop(
+                        NeedsReview(
+                            f"Step {index} ({step_name}) may have happened; a supervisor decides.",
+                            code="needs_review",
+                            details={"index": index},
+                        )
+                    )
+                if state == "denied":
+                    raise _denied(recorded)
+                if state not in ("intent", "interrupted", "awaiting_approval"):
+                    raise run._stop(
+                        RunFinished(
+                            f"Step {index} is {state}.", code="run_finished", details=recorded
+                        )
+                    )
+            intent = (index, "tool", step_name, effect, enforced_by, arguments)
+            try:
+                step = run._intent(*intent, outcome=None)
+            except BaseException:
+                calls.unclaim(index, recorded)  # e.g. arguments refused: the index is free
+                raise
+            release()  # the index is the step's now: the next call may journal its own
+            if step["state"] == "awaiting_approval":
+                run.journal[index] = step
+                run._await_approval(index, step_name)
+                step = run._intent(*intent, outcome=None)  # approved: handed to this worker
+            if step["state"] in ("done", "error"):  # reconciled by the server meanwhile
+                return _recorded_answer(step)
+            key = None
+            if effect == "write":
+                run._check_lease_for_write()
+                key = step["idempotency_key"]
+            meta: Any = {KEY_META: key} if key else None
+            try:
+                result = await_on_loop(self.upstream.call_tool(name, arguments, meta=meta))
+            except MCPError as error:
+                if error.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
                     raise UpstreamLost(
                         f"the upstream MCP server went away during {name}: {error}",
                         code="upstream_lost",
                     ) from error
-                except Exception as lost:
-                    raise UpstreamLost(
-                        f"the upstream MCP server went away during {name}: {lost!r}",
-                        code="upstream_lost",
-                    ) from lost
-                return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+                # the upstream answered with a JSON-RPC error: the step's recorded error
+                failed = {"error": type(error).__name__, "message": str(error)[:2000]}
+                run.journal[index] = run._outcome(index, "error", failed, _NO_USAGE)
+                return _text(f"upstream error: {error}")
+            except Exception as lost:
+                raise UpstreamLost(
+                    f"the upstream MCP server went away during {name}: {lost!r}",
+                    code="upstream_lost",
+                ) from lost
+            answer = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+            status = "error" if result.is_error else "ok"  # isError: the tool's own failure
+            run.journal[index] = run._outcome(index, status, answer, _NO_USAGE)
+            run.executed += 1
+            return types.CallToolResult.model_validate(answer)
+        finally:
+            release()
+            finished()
 
-            return journal_tool(
-                run,
-                f"{self.server_name}/{name}",
-                arguments,
-                execute,
-                effect=effect,
-                enforced_by=enforced_by,
-            )
 
-        try:
-            recorded = await journal_from_async(journal)
-        except MCPError as error:
-            return _text(f"upstream error: {error}")
-        except StepFailed as failed:
-            return _text(json.dumps(failed.result, ensure_ascii=False))
-        except UpstreamLost as lost:
-            self.lost = lost
-            return _text(f"upstream_lost: {lost.message}")
-        except StopRun as stop:
-            return _text(self.runs.stop(agent, external_id, stop))
-        if isinstance(recorded, dict) and "content" in recorded:
-            return types.CallToolResult.model_validate(recorded)
-        # e.g. a supervisor's "sent" ({"resolved_as": "sent"}): what the journal knows, as text
-        return _text(json.dumps(recorded, ensure_ascii=False), error=False)
+_NO_USAGE = {"input_tokens": 0, "output_tokens": 0}
 
 
 def _parse_error(error: Exception) -> SessionMessage:
@@ -318,7 +608,12 @@ async def proxy_stdio(
     async with _connect(upstream) as (up_read, up_write), ClientSession(up_read, up_write) as up:
         initialized = await up.initialize()
         server_name = initialized.server_info.name or "upstream"
-        runs = Runs(ledger, input={"mcp_upstream": server_name}, worker=worker)
+        runs = Runs(
+            ledger,
+            input={"mcp_upstream": server_name},
+            worker=worker,
+            session=(agent, external_id),
+        )
         gateway = Gateway(
             up,
             server_name=server_name,
@@ -405,7 +700,12 @@ class LedgerToolServer:
         self.agent = agent
         self.default_run = run
         self.tools: dict[str, dict[str, Any]] = {}
-        self.runs = Runs(ledger, input={"mcp": "serve"}, worker=worker)
+        self.runs = Runs(
+            ledger,
+            input={"mcp": "serve"},
+            worker=worker,
+            session=(agent, run) if run else None,
+        )
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         body = await asyncio.to_thread(
@@ -448,11 +748,17 @@ class LedgerToolServer:
         if isinstance(run, str):
             return _text(run)
         self.runs.count(agent, external_id)
+        finished = self.runs.started(agent, external_id)
+        effect: Literal["read", "write"] = "read" if tool["effect"] == "read" else "write"
+
+        def call() -> Any:  # a write runs on the gateway, under the step's key
+            try:
+                return run.tool(params.name, arguments, effect=effect)
+            finally:
+                finished()
+
         try:
-            if tool["effect"] == "read":
-                result = await asyncio.to_thread(run.tool, params.name, arguments, effect="read")
-            else:  # on the gateway, under the step's key
-                result = await asyncio.to_thread(run.tool, params.name, arguments)
+            result = await asyncio.to_thread(call)
         except StepFailed as failed:
             return _text(json.dumps(failed.result, ensure_ascii=False))
         except StopRun as stop:
@@ -490,12 +796,14 @@ async def serve_http(
     run: str | None,
     host: str,
     port: int,
+    token: str,
     worker: str | None = None,
 ) -> int:
     """Serve the ledger's tools over streamable HTTP at http://host:port/mcp until stopped.
 
-    A call that names no run (`_meta`, `--run`) belongs to its MCP session's run
-    (`mcp-session-<id>`); runs are completed when the server stops.
+    Every request must carry `Authorization: Bearer <token>` (any local process could otherwise
+    use the ledger token behind it). A call that names no run (`_meta`, `--run`) belongs to its
+    MCP session's run (`mcp-session-<id>`); runs are completed when the server stops.
     """
     import uvicorn
 
@@ -503,7 +811,7 @@ async def serve_http(
     server: Server[Any] = Server(
         "intentledger", on_list_tools=tools.list_tools, on_call_tool=tools.call_tool
     )
-    app = server.streamable_http_app(host=host)
+    app = _bearer_required(server.streamable_http_app(host=host), token)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
 
     class _Server(uvicorn.Server):
@@ -523,6 +831,36 @@ async def serve_http(
     finally:
         await tools.close()
     return 0
+
+
+HTTP_TOKEN_ENV = "INTENTLEDGER_MCP_TOKEN"  # noqa: S105 (a variable name)
+
+
+def _bearer_required(app: Any, token: str) -> Any:
+    """`app` behind `Authorization: Bearer <token>`: any other HTTP request gets a 401."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                body = b'{"error": "unauthorized: send Authorization: Bearer <token>"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b"Bearer"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return guarded
 
 
 async def _serve_on_stdio(server: Server[Any]) -> None:
@@ -547,6 +885,15 @@ def serve_main(args: Any) -> int:
     with Ledger(args.ledger_url, args.ledger_token) as ledger:
         if args.http:
             host, _, port = args.http.rpartition(":")
+            token = args.http_token or os.environ.get(HTTP_TOKEN_ENV) or ""
+            if not token:
+                token = secrets.token_urlsafe(32)
+                print(
+                    f"intentledger mcp serve: clients send 'Authorization: Bearer {token}' "
+                    f"(set --http-token or {HTTP_TOKEN_ENV} to choose it)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return asyncio.run(
                 serve_http(
                     ledger=ledger,
@@ -554,6 +901,7 @@ def serve_main(args: Any) -> int:
                     run=args.run,
                     host=host or "127.0.0.1",
                     port=int(port),
+                    token=token,
                     worker=args.worker,
                 )
             )
