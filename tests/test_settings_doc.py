@@ -102,7 +102,7 @@ def environment_reads(source: str, where: str) -> tuple[set[str], list[str]]:
             and node.args
         ):
             name = node.args[0]
-        if name is None:
+        if name is None or not isinstance(node, ast.expr):  # a read is a call, item or `in`
             continue
         if isinstance(name, ast.Constant) and isinstance(name.value, str):
             names.add(name.value)
