@@ -56,8 +56,8 @@ def running_demo_env() -> dict[str, str]:
     return values
 
 
-for _name, _value in running_demo_env().items():
-    os.environ.setdefault(_name, _value)
+# what the environment sets wins; the demo's file only fills in (its names are in docs/settings.md)
+os.environ.update({**running_demo_env(), **os.environ})
 
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")

@@ -885,7 +885,7 @@ def serve_main(args: Any) -> int:
     with Ledger(args.ledger_url, args.ledger_token) as ledger:
         if args.http:
             host, _, port = args.http.rpartition(":")
-            token = args.http_token or os.environ.get(HTTP_TOKEN_ENV) or ""
+            token = args.http_token or os.environ.get("INTENTLEDGER_MCP_TOKEN") or ""
             if not token:
                 token = secrets.token_urlsafe(32)
                 print(
