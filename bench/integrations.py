@@ -29,24 +29,12 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from bench import stack
 from bench.common import ROOT, WORK
 
 Case = tuple[Callable[[], Any], Callable[[Any], Any]]  # (bare run, journalled run given a Run)
-
-
-def _import_openai_agents() -> None:
-    """The SDK's import name is `agents`, as is this repository's Django app: import the SDK
-    while the repository root is off sys.path (`python -m` puts it first)."""
-    saved = sys.path[:]
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
-    try:
-        import agents  # noqa: F401
-    finally:
-        sys.path[:] = saved
 
 
 def pydantic_ai_case(tools: int) -> Case:
@@ -74,7 +62,6 @@ def pydantic_ai_case(tools: int) -> Case:
 
 
 def openai_agents_case(tools: int) -> Case:
-    _import_openai_agents()
     from agents import Agent, Model, ModelResponse, Runner, Usage, function_tool
     from intentledger.integrations.openai_agents import journalled
     from openai.types.responses import (
