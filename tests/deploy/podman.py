@@ -170,8 +170,13 @@ def sdk_only_virtualenv(folder: Path) -> Iterator[Path]:
     venv = folder / "sdk-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
+    # pip builds in the source folder (build/, *.egg-info): a copy, so the checkout stays as it is
+    source = folder / "sdk-source"
+    shutil.copytree(
+        ROOT / "sdk", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    )
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", str(ROOT / "sdk")],
+        [str(python), "-m", "pip", "install", "--quiet", str(source)],
         check=True,
         timeout=600,
         cwd=folder,  # not the checkout: nothing of the server is importable from the cwd
