@@ -68,6 +68,17 @@ class Podman:
     def image_exists(self, name: str) -> bool:
         return self("image", "exists", name, check=False).returncode == 0
 
+    def image_id(self, name: str) -> str:
+        return self("image", "inspect", name, "--format", "{{.Id}}", check=False).stdout.strip()
+
+    def build(self, tag: str, *args: str) -> None:
+        """`podman build --tag TAG ARGS` on the host's network; the image the tag named before
+        is removed when the build replaced it (its layers stay as the next build's cache)."""
+        before = self.image_id(tag)
+        self("build", "--network", "host", "--tag", tag, *args, timeout=1800)
+        if before and before != self.image_id(tag):
+            self("rmi", before, check=False)
+
     def remove_containers(self, *names: str) -> None:
         for name in names:
             self("rm", "--force", "--time", "0", name, check=False, timeout=120)
@@ -141,19 +152,7 @@ def image_build(podman: Podman, tag: str = IMAGE) -> None:
     """`podman build` of the repository's Containerfile on the local base; the layers of the
     previous build (and the pip cache mount) are reused."""
     started = time.monotonic()
-    podman(
-        "build",
-        "--network",
-        "host",
-        "--build-arg",
-        f"BASE={BASE_IMAGE}",
-        "--tag",
-        tag,
-        "--file",
-        "Containerfile",
-        ".",
-        timeout=1800,
-    )
+    podman.build(tag, "--build-arg", f"BASE={BASE_IMAGE}", "--file", "Containerfile", ".")
     podman.timings["image build"] = time.monotonic() - started
 
 

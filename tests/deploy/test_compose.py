@@ -39,18 +39,13 @@ SERVICES = ("postgres", "redis", "migrate", "web", "worker", "beat")
 def standins_build(podman: Podman) -> None:
     images = ROOT / "tests" / "deploy" / "images"
     for tag, file in ((POSTGRES_STANDIN, "postgres"), (REDIS_STANDIN, "redis")):
-        podman(
-            "build",
-            "--network",
-            "host",
+        podman.build(
+            tag,
             "--build-arg",
             f"BASE={BASE_IMAGE}",
-            "--tag",
-            tag,
             "--file",
             str(images / f"{file}.Containerfile"),
             str(images),
-            timeout=1200,
         )
 
 
