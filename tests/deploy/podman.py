@@ -117,6 +117,9 @@ def podman_session() -> Iterator[Podman]:
         (conf_dir / "containers.conf").write_text(CONTAINERS_CONF)
         podman = Podman(conf_dir)
         base_ensure(podman)
+        tried = podman("run", "--rm", "--network", "host", BASE_IMAGE, "true", check=False)
+        if tried.returncode != 0:
+            pytest.skip(f"podman cannot run a container here: {tried.stderr.strip()[-500:]}")
         yield podman
 
 
@@ -143,6 +146,8 @@ def base_ensure(podman: Podman) -> None:
             text=True,
             timeout=1200,
         )
+        if made.returncode != 0 and os.geteuid() != 0:
+            pytest.skip(f"mmdebstrap cannot make the base as this user: {made.stderr[-500:]}")
         assert made.returncode == 0, f"mmdebstrap failed:\n{made.stderr[-3000:]}"
         podman("import", str(tar), BASE_IMAGE, timeout=600)
         podman.timings["base image (mmdebstrap + import)"] = time.monotonic() - started

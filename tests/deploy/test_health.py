@@ -2,6 +2,9 @@
 while the process serves, `/readyz` says 200 only when the database and the broker answer and
 every migration is applied, and names what is missing otherwise."""
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -10,7 +13,7 @@ import httpx
 import pytest
 
 from tests.deploy.databases import fresh_database
-from tests.processes import free_port, start_gunicorn, stop_process
+from tests.processes import ROOT, free_port, server_env, start_gunicorn, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +76,26 @@ def test_a_ledger_on_a_database_never_migrated_is_not_ready(django_db_setup: Any
         ready = httpx.get(f"{url}/readyz")
         body = ready.json()
         assert (ready.status_code, body) == (503, {"ready": False, "missing": ["migrations"]})
+
+
+@pytest.mark.pg_connections(1)
+def test_the_command_line_probe_answers_for_processes_without_http(django_db_setup: Any) -> None:
+    """`python -m config.health`: what the worker's healthcheck and the image's migrate ask."""
+
+    def probe(*args: str, **env: str) -> tuple[int, dict[str, Any]]:
+        done = subprocess.run(
+            [sys.executable, "-m", "config.health", *args],
+            cwd=ROOT,
+            env=server_env(env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return done.returncode, json.loads(done.stdout)
+
+    assert probe() == (0, {"ready": True, "missing": []})
+    closed = {"DATABASE_URL": closed_port_url("postgres")}
+    assert probe(**closed) == (1, {"ready": False, "missing": ["database"]})
+    # migrate asks for the database only; a broker that is away does not hold it up
+    broker_away = {"CELERY_BROKER_URL": closed_port_url("redis")}
+    assert probe("--need", "database", **broker_away) == (0, {"ready": True, "missing": []})
