@@ -1,4 +1,5 @@
-"""Worker token services: create (the raw token is returned once), revoke."""
+"""Worker token services: create (the raw token is returned once), register one chosen beforehand,
+revoke."""
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -52,6 +53,20 @@ def worker_token_create(
     # it for up to LEDGER_TOKEN_CACHE_SECONDS: it forgets that at once, as a revocation does
     forget_principal(token.token_hash)
     return token, raw
+
+
+@transaction.atomic
+def worker_token_register(*, name: str, raw: str, created_by: str = "") -> tuple[WorkerToken, bool]:
+    """The token `raw` (chosen by a deployment, e.g. its compose file's INTENTLEDGER_TOKEN) as a
+    worker token: registered under `name` unless it already is; (token, created). Idempotent, so
+    a deployment's one-shot may run it at every start. A revoked token stays revoked."""
+    if len(raw) < 24:
+        raise invalid("token", "A worker token must be at least 24 characters.", "Too short.")
+    existing = WorkerToken.objects.filter(token_hash=hash_token(raw)).first()
+    if existing is not None:
+        return existing, False
+    token, _ = worker_token_create(name=name, created_by=created_by, raw=raw)
+    return token, True
 
 
 @transaction.atomic

@@ -1,0 +1,161 @@
+"""compose.yaml brought up with podman-compose: PostgreSQL, Redis, the one-shot migrate, web,
+worker and beat; a support-agent run queued through the web container completes in the composed
+worker.
+
+What the test substitutes, and why: no image registry answers on the test machines, so the
+`postgres` and `redis` services run stand-ins built here from the local Debian base
+(tests/deploy/images: Debian's PostgreSQL 17 and Redis, with the official images' variables,
+data folders and health commands), named through compose.yaml's POSTGRES_IMAGE and REDIS_IMAGE;
+the ledger's image is the one test_image.py builds (LEDGER_IMAGE). Everything else is the file as
+a user runs it, on its own network, its port published. Debian's podman-compose (1.0.3) knows no
+profiles, so the services are named on the command line (leaving out the pgbouncer profile's), and
+it does not wait for `depends_on` conditions: the ledger copes (migrate waits for PostgreSQL; web
+answers /readyz 503 `migrations` until migrate is done).
+"""
+
+import base64
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.deploy.podman import BASE_IMAGE, Podman
+from tests.processes import ROOT, STARTUP_TIMEOUT, free_port
+
+pytestmark = pytest.mark.slow
+
+POSTGRES_STANDIN = "localhost/ledger-test-postgres:17"
+REDIS_STANDIN = "localhost/ledger-test-redis:7"
+SERVICES = ("postgres", "redis", "migrate", "web", "worker", "beat")
+
+
+def standins_build(podman: Podman) -> None:
+    images = ROOT / "tests" / "deploy" / "images"
+    for tag, file in ((POSTGRES_STANDIN, "postgres"), (REDIS_STANDIN, "redis")):
+        podman.build(
+            tag,
+            "--build-arg",
+            f"BASE={BASE_IMAGE}",
+            "--file",
+            str(images / f"{file}.Containerfile"),
+            str(images),
+        )
+
+
+@contextmanager
+def composed(podman: Podman, image: str, port: int) -> Iterator[tuple[str, dict[str, str]]]:
+    """`podman-compose up -d` of compose.yaml for the block, then `down -v` and its network."""
+    project = f"ledgertest{uuid.uuid4().hex[:6]}"
+    env = {
+        **podman.env,
+        "SECRET_KEY": "compose-test-secret-key",
+        "AUDIT_SIGNING_KEY": base64.b64encode(os.urandom(32)).decode(),
+        "INTENTLEDGER_TOKEN": f"alw_compose-test-{uuid.uuid4().hex}",
+        "LEDGER_IMAGE": image,
+        "POSTGRES_IMAGE": POSTGRES_STANDIN,
+        "REDIS_IMAGE": REDIS_STANDIN,
+        "LEDGER_PORT": str(port),
+    }
+
+    def compose(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["podman-compose", "-p", project, "-f", "compose.yaml", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    up = compose("up", "-d", *SERVICES)
+    try:
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        yield project, env
+    finally:
+        for service in SERVICES:
+            name = container_of(podman, project, service)
+            if name:
+                logs = podman("logs", name, check=False)
+                path = ROOT / ".pytest_cache" / f"{name}.log"
+                path.write_text(logs.stdout + logs.stderr)
+        compose("down", "-v", "-t", "2")
+        podman("network", "rm", "--force", f"{project}_default", check=False)
+
+
+def container_of(podman: Podman, project: str, service: str) -> str:
+    found = podman(
+        "ps",
+        "--all",
+        "--filter",
+        f"label=io.podman.compose.project={project}",
+        "--filter",
+        f"label=com.docker.compose.service={service}",
+        "--format",
+        "{{.Names}}",
+    )
+    return found.stdout.strip().splitlines()[0] if found.stdout.strip() else ""
+
+
+def psql(podman: Podman, project: str, sql: str) -> str:
+    database = container_of(podman, project, "postgres")
+    done = podman("exec", database, "psql", "-U", "ledger", "-d", "ledger", "-Atc", sql)
+    return done.stdout.strip()
+
+
+def test_compose_up_gives_a_ledger_whose_worker_completes_a_run(
+    podman: Podman, ledger_image: str, django_db_setup: Any
+) -> None:
+    if shutil.which("podman-compose") is None:
+        pytest.skip("podman-compose is not installed (apt-get install podman-compose)")
+    standins_build(podman)
+    port = free_port()
+    started = time.monotonic()
+    with composed(podman, ledger_image, port) as (project, _env):
+        deadline = time.monotonic() + STARTUP_TIMEOUT * 2
+        while True:
+            try:
+                ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+                if ready.status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the composed web never became ready"
+            time.sleep(0.5)
+        assert ready.json() == {"ready": True, "missing": []}
+        # and the one-shot has finished (it registers the workers' token after migrating): what
+        # `depends_on: condition: service_completed_successfully` makes docker compose wait for
+        migrate = container_of(podman, project, "migrate")
+        while (
+            state := podman("inspect", migrate, "--format", "{{.State.Status}}")
+        ).stdout.strip() != "exited":
+            assert time.monotonic() < deadline, f"migrate still {state.stdout.strip()}"
+            time.sleep(0.5)
+        exit_code = podman("inspect", migrate, "--format", "{{.State.ExitCode}}").stdout.strip()
+        assert exit_code == "0"
+
+        web = container_of(podman, project, "web")
+        queued = podman("exec", web, "python", "manage.py", "start_agent_run", "--ticket", "T-1001")
+        run_id = queued.stdout.strip().splitlines()[-1]
+        run_id = str(uuid.UUID(run_id))  # a UUID, so safe to put in the SQL below
+        status = ""
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while status not in ("completed", "failed", "needs_review", "budget_exceeded"):
+            assert time.monotonic() < deadline, f"run {run_id} still {status!r}"
+            time.sleep(0.5)
+            sql = f"SELECT status FROM runs_run WHERE id = '{run_id}'"  # noqa: S608
+            status = psql(podman, project, sql)
+        podman.timings["compose up to the first completed run"] = time.monotonic() - started
+        assert status == "completed"
+        # the worker ran it (its lease holder is the Celery node), and it sent its one email
+        sql = f"SELECT DISTINCT payload->>'worker' FROM runs_event WHERE run_id = '{run_id}'"  # noqa: S608
+        holders = psql(podman, project, sql + " AND type = 'lease_acquired'")
+        assert holders.startswith("celery:"), holders
+        assert psql(podman, project, "SELECT count(*) FROM tools_outboundemail") == "1"
+        assert psql(podman, project, "SELECT name FROM runs_workertoken") == "workers"
