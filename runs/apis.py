@@ -457,6 +457,7 @@ class StepDetailApi(APIView):
         responses={200: StepOutputSerializer, **_errors("not_found", http=404, also=(400, 401))},
     )
     def get(self, request: Request, run_id: str, index: int) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)  # first: before wait's 400
         raw = request.query_params.get("wait", "0")
         if not raw.isdigit() or int(raw) > MAX_WAIT_SECONDS:
             return error_response(

@@ -35,6 +35,7 @@ class KeyStep:
     epoch: int
     result: Any
     outcome_at: datetime | None
+    run_status: str = ""
 
     def found(self) -> dict[str, Any]:
         """What the gateway's refusals say was found under the key."""
@@ -58,6 +59,7 @@ def step_for_key(*, key: str) -> KeyStep | None:
             "run_id",
             "run__agent",
             "run__epoch",
+            "run__status",
             "index",
             "name",
             "arguments_hash",
@@ -81,6 +83,7 @@ def step_for_key(*, key: str) -> KeyStep | None:
         epoch=row["epoch"],
         result=row["result"],
         outcome_at=row["outcome_at"],
+        run_status=row["run__status"],
     )
 
 
