@@ -48,6 +48,12 @@ class KeyStep:
         }
 
 
+def key_is_journal_shaped(key: str) -> bool:
+    """Whether a key has a journal step's form ({run}:{index}:…): such a key is a step's or
+    nobody's, never a free-form key someone could make before the step is journalled."""
+    return _JOURNAL_KEY.match(key) is not None
+
+
 def step_for_key(*, key: str) -> KeyStep | None:
     """The step whose idempotency_key is `key` (one indexed query), or None (a free-form key)."""
     match = _JOURNAL_KEY.match(key)
@@ -144,4 +150,4 @@ def runs_find(
     return RunPage(runs=found, next_cursor=next_cursor)
 
 
-__all__ = ["KeyStep", "RunPage", "runs_find", "step_for_key"]
+__all__ = ["KeyStep", "RunPage", "key_is_journal_shaped", "runs_find", "step_for_key"]

@@ -20,7 +20,7 @@ from runs.authentication import WorkerPrincipal
 from runs.canonical import arguments_hash
 from runs.constants import FINAL_STATUSES, Effect, StepState
 from runs.kernel import StepAnswer
-from runs.selectors import KeyStep, step_for_key
+from runs.selectors import KeyStep, key_is_journal_shaped, step_for_key
 from runs.services import step_outcome_from_gateway
 from tools.crash import crash_point
 from tools.idempotency import (
@@ -366,7 +366,9 @@ def _journal_step(
         isinstance(principal, WorkerPrincipal) and principal.tools_direct
     )
     if step is None:
-        if direct:
+        # a token's free-form key may not take a journal step's form: planted before the step
+        # is journalled, it would answer that step's gateway call with its stored response
+        if direct and (principal is None or not key_is_journal_shaped(key)):
             return None
         raise ApplicationError(
             "intent_not_journalled",

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from runs.canonical import arguments_hash, idempotency_key
 from runs.constants import RunStatus, StatusReason, StepState
 from runs.models import Event, Run, Step
 from runs.services import run_cancel
@@ -253,3 +254,25 @@ def test_a_direct_tokens_free_form_key_is_not_replayed_to_another_token(db: Any)
     assert invoke(support_too, "tickets.create", TICKET, "alice-ticket-1").status_code == 200
     assert alice.get("/api/v1/idempotency/alice-ticket-1").json()["state"] == "completed"
     assert Ticket.objects.count() == 1
+
+
+def test_a_direct_token_cannot_plant_a_key_in_the_form_of_a_future_journal_step(
+    api: APIClient,
+) -> None:
+    run_id, epoch = leased_run(api)
+    future = idempotency_key(
+        run_id=run_id, index=0, name="email.send", args_hash=arguments_hash(EMAIL)
+    )
+    planter = token("planter", agents=("billing",), direct=True)
+
+    planted = invoke(planter, "email.send", EMAIL, future)
+
+    assert planted.status_code == 409, planted.content
+    assert planted.json()["error"]["code"] == "intent_not_journalled"
+    assert not IdempotencyKey.objects.filter(key=future).exists()
+    # the run's own step then runs under its key, once
+    step = write_intent(api, run_id, epoch, 0)
+    assert step["idempotency_key"] == future
+    sent = invoke(api, "email.send", EMAIL, future)
+    assert sent.status_code == 200 and "Idempotent-Replayed" not in sent.headers
+    assert OutboundEmail.objects.count() == 1
