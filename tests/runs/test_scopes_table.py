@@ -36,6 +36,7 @@ TOKENS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "unscoped": ((), ()),
     "scoped to the run's agent": (("support",), ()),
     "scoped to another agent": (("triage",), ()),
+    "`tools:direct`, scoped to the run's agent": (("support",), ("tools:direct",)),
     "`tools:direct`, scoped to another agent": (("triage",), ("tools:direct",)),
 }
 
@@ -74,7 +75,11 @@ def _step(index: int, **extra: Any) -> dict[str, Any]:
 
 def _invoke(name: str, args: Any, key: str | None = None) -> Callable[[APIClient, Scene], Any]:
     def send(client: APIClient, scene: Scene) -> Any:
-        chosen = {"step": scene.step_key, "free": FREE_FORM_KEY}.get(key or "", key)
+        chosen = {
+            "step": scene.step_key,
+            "free": FREE_FORM_KEY,
+            "new": f"new-free-form-key-{scene.run}",  # each cell's run is new, so is this key
+        }.get(key or "", key)
         headers = {"Idempotency-Key": chosen} if chosen else {}
         return client.post(f"/api/v1/tools/{name}/invoke", {"arguments": args}, headers=headers)
 
@@ -201,7 +206,7 @@ CALLS = [
     Call(
         "tools_invoke",
         "`POST /api/v1/tools/email.send/invoke`, a new free-form key",
-        _invoke("email.send", EMAIL, "new-free-form-key-1"),
+        _invoke("email.send", EMAIL, "new"),
     ),
     Call(
         "idempotency_retrieve",
@@ -267,7 +272,7 @@ def _scene(owner: APIClient, desk: APIClient, call: Call) -> Scene:
 
 def _cell(call: Call, response: Any, scene: Scene) -> str:
     text = str(response.status_code)
-    body = response.json() if response.content else None
+    body: Any = response.json() if response.content else None
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         text += f" `{body['error']['code']}`"
     if call.listed and response.status_code == 200:
