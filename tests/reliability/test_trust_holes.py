@@ -8,6 +8,8 @@
 6. a free-form key of a `tools:direct` token is another token's only when it may see it.
 """
 
+import io
+import json
 import uuid
 from typing import Any
 
@@ -16,6 +18,7 @@ from rest_framework.test import APIClient
 
 from runs.canonical import arguments_hash, idempotency_key
 from runs.constants import RunStatus, StatusReason, StepState
+from runs.hotpath import HotPathWSGI
 from runs.models import Event, Run, Step
 from runs.services import run_cancel
 from runs.tokens import worker_token_create
@@ -27,6 +30,14 @@ EMAIL = {
     "to": "alice@example.com",
     "subject": "Your refund",
     "body": "We sent the refund to IBAN DE89 3704 0044 0532 0130 00.",
+}
+STEP_1 = {
+    "index": 1,
+    "kind": "model",
+    "name": "model.chat",
+    "effect": "read",
+    "arguments": {},
+    "outcome": {"status": "ok", "result": {}},
 }
 TICKET = {"customer": "alice@example.com", "subject": "Refund", "body": "Alice's ticket."}
 
@@ -276,3 +287,46 @@ def test_a_direct_token_cannot_plant_a_key_in_the_form_of_a_future_journal_step(
     sent = invoke(api, "email.send", EMAIL, future)
     assert sent.status_code == 200 and "Idempotent-Replayed" not in sent.headers
     assert OutboundEmail.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)  # the door closes its connection after each answer
+def test_the_gunicorn_door_answers_another_agents_run_as_a_run_that_does_not_exist(
+    api: APIClient,
+) -> None:
+    """The four hot calls are answered before Django (runs.hotpath.HotPathWSGI): same scopes."""
+    _, raw = worker_token_create(name="triage-pods-2", agents=("triage",))
+    run_id, epoch = leased_run(api)
+    write_intent(api, run_id, epoch, 0)
+    nowhere = str(uuid.uuid4())
+
+    def declined(*_: Any) -> list[bytes]:
+        raise AssertionError("a well-formed hot call must be answered by the door")
+
+    door = HotPathWSGI(declined)
+    bodies = {
+        "lease": {"worker": "thief"},
+        "heartbeat": {"epoch": epoch},
+        "steps/": {"epoch": epoch, **STEP_1},
+        "steps/0/outcome": {"epoch": epoch, "result": {"sent": 1}},
+    }
+    for path, body in bodies.items():
+        answers = []
+        for run in (run_id, nowhere):
+            raw_body = json.dumps(body).encode()
+            statuses: list[str] = []
+            chunks = door(
+                {
+                    "REQUEST_METHOD": "POST",
+                    "PATH_INFO": f"/api/v1/runs/{run}/{path}",
+                    "CONTENT_TYPE": "application/json",
+                    "CONTENT_LENGTH": str(len(raw_body)),
+                    "HTTP_AUTHORIZATION": f"Bearer {raw}",
+                    "wsgi.input": io.BytesIO(raw_body),
+                },
+                lambda status, _headers, out=statuses: out.append(status),
+            )
+            answers.append((statuses[0], b"".join(chunks).decode().replace(run, "ID")))
+        assert answers[0] == answers[1], path
+        assert answers[0][0] == "404 Not Found", (path, answers[0])
+    assert Step.objects.filter(run_id=run_id).count() == 1
+    assert Run.objects.get(pk=run_id).epoch == epoch
