@@ -131,10 +131,11 @@ def _refusal_for_status(run: Run) -> ApplicationError | None:
 
 
 def _check_epoch(run: Run, epoch: int) -> None:
-    """stale_epoch for another epoch than the run's; a finished run says so whatever the epoch
-    (cancel moves it, and the worker must learn the run is over, as the kernel answers)."""
+    """stale_epoch for another epoch than the run's; run_finished for the epoch a cancelled run
+    was cancelled under (cancel moves it, and its worker must learn the run is over, as the
+    kernel's ledger_run_locked answers)."""
     if epoch != run.epoch:
-        if run.status in FINAL_STATUSES:
+        if run.status == RunStatus.CANCELLED and epoch == run.epoch - 1:
             raise kernel.refusal("run_finished", {"status": run.status}, run_id=run.pk)
         raise ApplicationError(
             "stale_epoch",
@@ -536,8 +537,7 @@ def _run_finish(
                 actor=actor,
                 now=now,
                 details={"steps": steps, "finish": finish, field: value},
-                fence=True,
-            )
+            )  # not fenced: the same worker asking again hears needs_review, not stale_epoch
             t.refuse(
                 ApplicationError(
                     "needs_review",
@@ -942,8 +942,8 @@ def run_cancel(*, run_id: UUID | str, by: str, note: str) -> Run:
 
     The epoch moves, so nothing that carries the old one (a gateway call's `Ledger-Epoch`, a
     heartbeat) passes as current; the worker holding the lease is still refused its next write
-    with `run_finished` (the kernel answers a finished run so whatever the epoch): it learns the
-    run is over, not that someone took it over. The gateway runs no key of a cancelled run. An
+    with `run_finished` (the kernel answers so to the epoch the run was cancelled under): it
+    learns the run is over, not that someone took it over. The gateway runs no key of a cancelled run. An
     outcome for an intent already in flight under the old epoch is still recorded (the effect
     happened; the journal says so). Unknown steps stay in the review queue: whether an email
     went out is still a question after the run is cancelled.

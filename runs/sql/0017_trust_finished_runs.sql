@@ -1,8 +1,9 @@
--- A finished run says so whatever the epoch (issue 40, "finishing a run accounts for its
--- writes"): cancel now moves the epoch, and the worker that held the lease must still learn
--- that the run is over (run_finished), not that someone took it over (stale_epoch). An outcome
--- in flight when an admin cancelled the run is still recorded: its step is the open intent of
--- the epoch the outcome names, and the effect happened.
+-- Cancel moves the epoch (issue 40, "finishing a run accounts for its writes"), and the worker
+-- that held the run when an admin cancelled it must still learn that the run is over
+-- (run_finished), not that someone took it over (stale_epoch): a cancelled run answers
+-- run_finished to the epoch it was cancelled under (its epoch minus one). Older epochs stay
+-- stale_epoch, as for any run. An outcome in flight when the run was cancelled is still
+-- recorded: its step is the open intent of the epoch the outcome names, and the effect happened.
 --
 -- Replaces, with the same signatures: ledger_run_locked and ledger_step_outcome (0014).
 
@@ -17,7 +18,7 @@ BEGIN
         code := 'not_found'; RETURN;
     END IF;
     IF p_epoch <> run.epoch THEN
-        IF run.status IN ('completed', 'failed', 'abandoned', 'cancelled') THEN
+        IF run.status = 'cancelled' AND p_epoch = run.epoch - 1 THEN
             SELECT f.code, f.details INTO code, details FROM ledger_status_refusal(run) f;
             RETURN;
         END IF;

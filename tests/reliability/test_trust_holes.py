@@ -157,6 +157,10 @@ def test_finishing_a_run_with_an_open_write_sends_the_write_to_review(
     assert review.payload["finish"] == finish
     unknown = Event.objects.get(run_id=run_id, type="step_unknown")
     assert unknown.payload["index"] == 0 and "still open" in unknown.payload["why"]
+    # the worker asking again (its answer lost) hears the same, and nothing more is written
+    again = api.post(f"/api/v1/runs/{run_id}/{finish}", {"epoch": epoch, **payload})
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "needs_review")
+    assert Event.objects.filter(run_id=run_id, type="needs_review").count() == 1
     # and the key of the open write no longer executes
     before = OutboundEmail.objects.count()
     key = Step.objects.get(run_id=run_id, index=0).idempotency_key
