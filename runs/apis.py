@@ -512,7 +512,14 @@ def run_finish_api(verb: str, payload: str, finish: Callable[..., Run]) -> type[
         @extend_schema(
             operation_id=f"runs_{verb}",
             request=input_serializer,
-            responses={200: RunOutputSerializer, **_errors("stale_epoch", also=COMMON)},
+            responses={
+                200: RunOutputSerializer,
+                **_errors(
+                    "stale_epoch | needs_review (a write step still open went to review) | "
+                    "run_finished | budget_exceeded",
+                    also=COMMON,
+                ),
+            },
         )
         def post(self, request: Request, run_id: str) -> Response:
             run_check_visible(principal=request.user, run_id=run_id)
