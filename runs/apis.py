@@ -459,6 +459,7 @@ class StepDetailApi(APIView):
         responses={200: StepOutputSerializer, **_errors("not_found", http=404, also=(400, 401))},
     )
     def get(self, request: Request, run_id: str, index: int) -> Response:
+        run_check_visible(principal=request.user, run_id=run_id)  # first: before wait's 400
         raw = request.query_params.get("wait", "0")
         if not raw.isdigit() or int(raw) > MAX_WAIT_SECONDS:
             return error_response(
@@ -513,7 +514,14 @@ def run_finish_api(verb: str, payload: str, finish: Callable[..., Run]) -> type[
         @extend_schema(
             operation_id=f"runs_{verb}",
             request=input_serializer,
-            responses={200: RunOutputSerializer, **_errors("stale_epoch", also=COMMON)},
+            responses={
+                200: RunOutputSerializer,
+                **_errors(
+                    "stale_epoch | needs_review (a write step still open went to review) | "
+                    "run_finished | budget_exceeded",
+                    also=COMMON,
+                ),
+            },
         )
         def post(self, request: Request, run_id: str) -> Response:
             run_check_visible(principal=request.user, run_id=run_id)

@@ -35,6 +35,7 @@ class KeyStep:
     epoch: int
     result: Any
     outcome_at: datetime | None
+    run_status: str = ""
 
     def found(self) -> dict[str, Any]:
         """What the gateway's refusals say was found under the key."""
@@ -45,6 +46,12 @@ class KeyStep:
             "arguments_hash": self.arguments_hash,
             "state": self.state,
         }
+
+
+def key_is_journal_shaped(key: str) -> bool:
+    """Whether a key has a journal step's form ({run}:{index}:…): such a key is a step's or
+    nobody's, never a free-form key someone could make before the step is journalled."""
+    return _JOURNAL_KEY.match(key) is not None
 
 
 def step_for_key(*, key: str) -> KeyStep | None:
@@ -58,6 +65,7 @@ def step_for_key(*, key: str) -> KeyStep | None:
             "run_id",
             "run__agent",
             "run__epoch",
+            "run__status",
             "index",
             "name",
             "arguments_hash",
@@ -81,6 +89,7 @@ def step_for_key(*, key: str) -> KeyStep | None:
         epoch=row["epoch"],
         result=row["result"],
         outcome_at=row["outcome_at"],
+        run_status=row["run__status"],
     )
 
 
@@ -141,7 +150,7 @@ def runs_find(
     return RunPage(runs=found, next_cursor=next_cursor)
 
 
-__all__ = ["KeyStep", "RunPage", "runs_find", "step_for_key"]
+__all__ = ["KeyStep", "RunPage", "key_is_journal_shaped", "runs_find", "step_for_key"]
 
 
 # --- forks ------------------------------------------------------------------------------------

@@ -141,7 +141,12 @@ def _refusal_for_status(run: Run) -> ApplicationError | None:
 
 
 def _check_epoch(run: Run, epoch: int) -> None:
+    """stale_epoch for another epoch than the run's; run_finished for the epoch a cancelled run
+    was cancelled under (cancel moves it, and its worker must learn the run is over, as the
+    kernel's ledger_run_locked answers)."""
     if epoch != run.epoch:
+        if run.status == RunStatus.CANCELLED and epoch == run.epoch - 1:
+            raise kernel.refusal("run_finished", {"status": run.status}, run_id=run.pk)
         raise ApplicationError(
             "stale_epoch",
             "Another worker holds the run now; stop and write nothing more.",
@@ -485,9 +490,40 @@ FINISH_EVENTS = {
 }
 
 
+def _open_steps_accounted(run: Run, *, finish: str, actor: str, now: datetime) -> list[Step]:
+    """Before a run is completed or failed, every step still `intent` is accounted for: a write
+    may have happened (its tool may be running right now), so it becomes `unknown` for a
+    person, as recovery does with a maybe-sent step; a read has no effect, and a write approved
+    but never handed out never ran: both are `interrupted`. Returns the unknown steps."""
+    unknown: list[Step] = []
+    for step in Step.objects.filter(run=run, state=StepState.INTENT).order_by("index"):
+        payload: dict[str, Any] = {
+            "index": step.index,
+            "name": step.name,
+            "idempotency_key": step.idempotency_key,
+        }
+        if step.effect == Effect.WRITE and step.executions > 0:
+            step_move(step, StepState.UNKNOWN)
+            event_type = EventType.STEP_UNKNOWN
+            payload["why"] = (
+                f"the worker asked to {finish} the run with this write still open: "
+                "it may have been sent"
+            )
+            unknown.append(step)
+        else:
+            step_move(step, StepState.INTERRUPTED)
+            event_type = EventType.STEP_INTERRUPTED
+            payload["why"] = f"still open when the worker asked to {finish} the run"
+        step.save()
+        event_append(run, type=event_type, payload=payload, actor=actor, at=now)
+    return unknown
+
+
 def _run_finish(
     *, run_id: UUID | str, epoch: int, to: RunStatus, field: str, value: Any, actor: str
 ) -> Run:
+    """Complete or fail a running run; one with a write still open goes to review instead
+    (409 `needs_review`, kept: the steps are `unknown`, the run `needs_review`)."""
     with transition(run_id, actor=actor) as t:
         run = t.run
         _check_epoch(run, epoch)
@@ -501,6 +537,26 @@ def _run_finish(
             )
             raise refusal
         now = clock.now()
+        finish = "complete" if to == RunStatus.COMPLETED else "fail"
+        unknown = _open_steps_accounted(run, finish=finish, actor=actor, now=now)
+        if unknown:
+            steps = [s.index for s in unknown]
+            _needs_review(
+                run,
+                reason=StatusReason.UNKNOWN_STEP,
+                actor=actor,
+                now=now,
+                details={"steps": steps, "finish": finish, field: value},
+            )  # not fenced: the same worker asking again hears needs_review, not stale_epoch
+            t.refuse(
+                ApplicationError(
+                    "needs_review",
+                    f"The run was not {to}: its write step(s) {steps} are still open and may "
+                    "have happened; a supervisor reviews them.",
+                    details={"reason": run.status_reason, "steps": steps},
+                )
+            )
+            return run
         setattr(run, field, value)
         run_move(run, to)
         event_append(run, type=FINISH_EVENTS[to], payload={field: value}, actor=actor, at=now)
@@ -894,11 +950,13 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
 def run_cancel(*, run_id: UUID | str, by: str, note: str) -> Run:
     """An admin stops a run that is not final: it becomes `cancelled` (final).
 
-    The epoch stays as it is, so the worker holding the lease is refused its next write with
-    `run_finished` (not `stale_epoch`): it learns the run is over, not that someone took it over.
-    An outcome for an intent already in flight is still recorded (the effect happened; the
-    journal says so). Unknown steps stay in the review queue: whether an email went out is still
-    a question after the run is cancelled.
+    The epoch moves, so nothing that carries the old one (a gateway call's `Ledger-Epoch`, a
+    heartbeat) passes as current; the worker holding the lease is still refused its next write
+    with `run_finished` (the kernel answers so to the epoch the run was cancelled under): it
+    learns the run is over, not that someone took it over. The gateway runs no key of a cancelled run. An
+    outcome for an intent already in flight under the old epoch is still recorded (the effect
+    happened; the journal says so). Unknown steps stay in the review queue: whether an email
+    went out is still a question after the run is cancelled.
     """
     note = note_required(note)
     with transition(run_id, actor=f"user:{by}") as t:
@@ -913,10 +971,17 @@ def run_cancel(*, run_id: UUID | str, by: str, note: str) -> Run:
         previous = run.status
         worker = run.lease_worker
         run_move(run, RunStatus.CANCELLED, reason=StatusReason.CANCELLED)
+        run.epoch += 1
         event_append(
             run,
             type=EventType.RUN_CANCELLED,
-            payload={"by": by, "note": note, "previous_status": previous, "worker": worker},
+            payload={
+                "by": by,
+                "note": note,
+                "previous_status": previous,
+                "worker": worker,
+                "epoch": run.epoch,
+            },
             actor=f"user:{by}",
             at=now,
         )

@@ -93,12 +93,12 @@ class ToolInvokeApi(APIView):
             400: _error("validation_error | idempotency_key_required"),
             401: _error("not_authenticated"),
             404: _error(
-                "tool_not_found | not_found (the key's run is not the token's) | "
-                "ticket_not_found (stored)"
+                "tool_not_found | not_found (the key's run, or its free-form key, is not the "
+                "token's) | ticket_not_found (stored)"
             ),
             409: _error(
-                "intent_not_journalled | stale_epoch | idempotency_in_progress | "
-                "ticket_already_closed (stored)"
+                "intent_not_journalled | run_finished (an open step of a finished run) | "
+                "stale_epoch | idempotency_in_progress | ticket_already_closed (stored)"
             ),
             413: _error("payload_too_large"),
             422: _error("idempotency_key_reused"),

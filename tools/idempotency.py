@@ -19,6 +19,7 @@ which the journal's recovery turns into an `unknown` step for a supervisor.
 
 import functools
 import inspect
+import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -88,6 +89,27 @@ class Outcome:
         return {**self.headers, **({REPLAYED_HEADER: "true"} if self.replayed else {})}
 
 
+@dataclass(frozen=True)
+class KeyCaller:
+    """A token using a free-form key: it owns the keys it makes, and sees another token's only
+    when it may see every agent that token was limited to (`agents` None: every agent)."""
+
+    token_id: int
+    agents: frozenset[str] | None
+
+    def may_see(self, row: IdempotencyKey) -> bool:
+        if row.owner_token_id == self.token_id or self.agents is None:
+            return True
+        return row.owner_agents is not None and set(row.owner_agents) <= self.agents
+
+
+def key_not_found(key: str) -> ApplicationError:
+    """What a token hears of a key it may not see: the same as for a key nobody made."""
+    return ApplicationError(
+        "not_found", "This token may not read that key.", status_code=404, details={"key": key}
+    )
+
+
 _active: ContextVar[Reservation | None] = ContextVar("tools_active_reservation", default=None)
 
 
@@ -141,8 +163,9 @@ def idempotency_key_validate(*, key: str | None) -> str:
 
 
 _RESERVE_SQL = (
-    "INSERT INTO {table} (key, tool, request_hash, state, attempt, actor, locked_at, created_at)"
-    " VALUES (%s, %s, %s, %s, 1, %s, %s, %s)"
+    "INSERT INTO {table} (key, tool, request_hash, state, attempt, actor, locked_at, created_at,"
+    " owner_token_id, owner_agents)"
+    " VALUES (%s, %s, %s, %s, 1, %s, %s, %s, %s, %s)"
     " ON CONFLICT (key) DO NOTHING RETURNING id"
 )
 
@@ -190,13 +213,19 @@ def _answer_existing(
 
 
 def idempotency_reserve(
-    *, key: str, tool: str, request_hash: str, actor: str = ""
+    *, key: str, tool: str, request_hash: str, actor: str = "", caller: KeyCaller | None = None
 ) -> Reservation | Outcome:
     """Transaction 1: claim the key, or answer from the record another request holds.
 
     Returns a Reservation (this request executes) or the stored Outcome (a replay); raises 409
-    `idempotency_in_progress` or 422 `idempotency_key_reused`.
+    `idempotency_in_progress` or 422 `idempotency_key_reused`. With `caller` (a token's
+    free-form key) a new key is the caller's, and another token's key it may not see is 404
+    `not_found`, whatever the key's state.
     """
+    owner: tuple[int | None, str | None] = (None, None)
+    if caller is not None:
+        agents = None if caller.agents is None else json.dumps(sorted(caller.agents))
+        owner = (caller.token_id, agents)
     table = connection.ops.quote_name(IdempotencyKey._meta.db_table)
     for _ in range(3):
         now = clock.now()
@@ -205,13 +234,15 @@ def idempotency_reserve(
         with connection.cursor() as cursor:
             cursor.execute(
                 _RESERVE_SQL.format(table=table),
-                [key, tool, request_hash, KeyStatus.IN_PROGRESS, actor[:200], now, now],
+                [key, tool, request_hash, KeyStatus.IN_PROGRESS, actor[:200], now, now, *owner],
             )
             inserted = cursor.fetchone()
         if inserted is not None:
             return Reservation(pk=inserted[0], key=key, tool=tool, attempt=1)
         row = IdempotencyKey.objects.filter(key=key).first()
         if row is not None:
+            if caller is not None and not caller.may_see(row):
+                raise key_not_found(key)
             return _answer_existing(row, tool=tool, request_hash=request_hash, now=now)
         # pruned between our INSERT and SELECT: try again
     raise ApplicationError(
@@ -263,6 +294,7 @@ def idempotency_run(
     execute: Callable[[Reservation], Any],
     actor: str = "",
     on_finish: Callable[[Outcome], None] | None = None,
+    caller: KeyCaller | None = None,
 ) -> Outcome:
     """Run `execute` at most once per key and answer every request for that key the same way.
 
@@ -275,7 +307,7 @@ def idempotency_run(
     key = idempotency_key_validate(key=key)
     _outside_transactions()
     reserved = idempotency_reserve(
-        key=key, tool=tool, request_hash=arguments_hash(arguments), actor=actor
+        key=key, tool=tool, request_hash=arguments_hash(arguments), actor=actor, caller=caller
     )
     if isinstance(reserved, Outcome):
         return reserved
@@ -409,6 +441,7 @@ def idempotent(*, tool: str) -> Callable[[Callable[..., Any]], Callable[..., Out
 
 __all__ = [
     "REPLAYED_HEADER",
+    "KeyCaller",
     "Outcome",
     "Reservation",
     "ToolError",
@@ -418,4 +451,5 @@ __all__ = [
     "idempotency_reserve",
     "idempotency_run",
     "idempotent",
+    "key_not_found",
 ]

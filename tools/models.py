@@ -38,6 +38,13 @@ class IdempotencyKey(models.Model):
     replay_count = models.PositiveIntegerField(default=0, db_default=0)
     # a tool's own exception text: for the log and the dashboard, never sent to callers
     internal_error = models.TextField(blank=True, default="", db_default="")
+    # a free-form key (a `tools:direct` token's, naming no journal step) belongs to the token that
+    # made it and the agents that token was limited to (null: every agent); only tokens that may
+    # see those agents read or replay it. A journal step's key has no owner: its run decides.
+    owner_token = models.ForeignKey(
+        "runs.WorkerToken", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    owner_agents = models.JSONField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -48,6 +55,10 @@ class IdempotencyKey(models.Model):
                 condition=Q(state=KeyStatus.IN_PROGRESS)
                 | Q(completed_at__isnull=False, status_code__isnull=False),
                 name="idempotency_finished_has_response",
+            ),
+            models.CheckConstraint(
+                condition=Q(owner_agents__isnull=True) | Q(owner_token__isnull=False),
+                name="idempotency_owner_agents_have_a_token",
             ),
         ]
         indexes = [

@@ -18,18 +18,20 @@ from runs.access import run_check_visible
 from runs.api_errors import ApplicationError
 from runs.authentication import WorkerPrincipal
 from runs.canonical import arguments_hash
-from runs.constants import Effect, StepState
+from runs.constants import FINAL_STATUSES, Effect, StepState
 from runs.kernel import StepAnswer
-from runs.selectors import KeyStep, step_for_key
+from runs.selectors import KeyStep, key_is_journal_shaped, step_for_key
 from runs.services import step_outcome_from_gateway
 from tools.crash import crash_point
 from tools.idempotency import (
+    KeyCaller,
     Outcome,
     Reservation,
     ToolError,
     current_reservation,
     idempotency_key_validate,
     idempotency_run,
+    key_not_found,
 )
 from tools.models import IdempotencyKey
 
@@ -242,7 +244,15 @@ def tool_invoke(
         step=step,
         actor=actor,
         epoch=ledger_epoch,
+        caller=_key_caller(principal) if step is None else None,
     )
+
+
+def _key_caller(principal: Any) -> KeyCaller | None:
+    """The token a free-form key belongs to (None: an in-process caller, who may use any)."""
+    if not isinstance(principal, WorkerPrincipal):
+        return None
+    return KeyCaller(token_id=principal.token_id, agents=principal.agents)
 
 
 def write_invoke(
@@ -255,6 +265,7 @@ def write_invoke(
     actor: str,
     epoch: int | None,
     recorded: Callable[[StepAnswer | None], None] | None = None,
+    caller: KeyCaller | None = None,
 ) -> Outcome:
     """Run a write tool under a checked key; a step's outcome is recorded with the key's end.
 
@@ -288,6 +299,7 @@ def write_invoke(
         execute=execute,
         actor=actor,
         on_finish=on_finish,
+        caller=caller,
     )
     if outcome.replayed and on_finish is not None and step and step.state == StepState.INTENT:
         # executed under an earlier intent of this step, whose outcome was not recorded then
@@ -297,18 +309,20 @@ def write_invoke(
 
 
 def key_check_visible(*, principal: Any, key: str) -> None:
-    """A token limited to agents reads only keys of its runs' steps, or free-form keys it made
-    itself (404 otherwise); an unscoped token reads any key."""
-    if not isinstance(principal, WorkerPrincipal) or principal.agents is None:
+    """A token limited to agents reads only keys of its runs' steps, or free-form keys of tokens
+    whose agents it may all see (its own included); 404 otherwise, the same as for a key nobody
+    made. An unscoped token reads any key."""
+    caller = _key_caller(principal)
+    if caller is None or caller.agents is None:
         return
     step = step_for_key(key=key)
     if step is not None and principal.may_use(step.agent):
         return
-    if step is None and IdempotencyKey.objects.filter(key=key, actor=str(principal)).exists():
-        return
-    raise ApplicationError(
-        "not_found", "This token may not read that key.", status_code=404, details={"key": key}
-    )
+    if step is None:
+        row = IdempotencyKey.objects.filter(key=key).first()
+        if row is not None and caller.may_see(row):
+            return
+    raise key_not_found(key)
 
 
 def _key_recorded(key: str) -> bool:
@@ -352,7 +366,9 @@ def _journal_step(
         isinstance(principal, WorkerPrincipal) and principal.tools_direct
     )
     if step is None:
-        if direct:
+        # a token's free-form key may not take a journal step's form: planted before the step
+        # is journalled, it would answer that step's gateway call with its stored response
+        if direct and (principal is None or not key_is_journal_shaped(key)):
             return None
         raise ApplicationError(
             "intent_not_journalled",
@@ -366,6 +382,14 @@ def _journal_step(
         raise ApplicationError(
             "not_found", "No journalled step has this key.", status_code=404, details={"key": key}
         ) from None
+    if step.run_status in FINAL_STATUSES and step.state == StepState.INTENT:
+        # an open intent of a finished run never runs (cancel moved the epoch, but a caller
+        # without Ledger-Epoch would not notice); a done or error step still replays
+        raise ApplicationError(
+            "run_finished",
+            f"The run is {step.run_status}; the key of its step {step.index} does not execute.",
+            details={"key": key, "status": step.run_status},
+        )
     if ledger_epoch is not None and ledger_epoch != step.run_epoch:
         raise ApplicationError(
             "stale_epoch",

@@ -52,7 +52,7 @@ def fence_rule_gone(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0016_run_legal_hold_details")]
+    dependencies = [("runs", "0017_trust_finished_runs")]
 
     operations = [
         migrations.AddField(

@@ -1,5 +1,6 @@
 """The worker SDK against a real ledger (gunicorn + PostgreSQL): journalling, replay, fencing."""
 
+import contextlib
 import contextvars
 import http.server
 import threading
@@ -12,6 +13,7 @@ import pytest
 from intentledger import (
     BudgetExceeded,
     Ledger,
+    LedgerError,
     LedgerUnavailable,
     NeedsReview,
     NondeterminismError,
@@ -166,6 +168,24 @@ def test_interrupted_steps_are_reexecuted_and_nobody_enforced_ones_go_to_review(
     assert row.status == "needs_review"
     assert Step.objects.get(run=row, index=1).state == "unknown"
     assert executions == ["read"]
+
+
+def test_a_run_finished_over_an_open_write_raises_needs_review_and_the_write_waits_for_a_person(
+    ledger: Ledger,
+) -> None:
+    def send(to: str) -> str:  # its upstream hung: what it did is not known
+        raise LedgerError("upstream did not answer", code="upstream_timeout")
+
+    with pytest.raises(NeedsReview) as stopped, ledger.run("sdk-open-write", {}) as run:
+        # the agent goes on and finishes: the write's intent has no outcome
+        with contextlib.suppress(LedgerError):
+            run.tool("email.send", {"to": "a@b.example"}, fn=send)
+        run.output = "done"
+
+    assert stopped.value.details["steps"] == [0]
+    row = RunRow.objects.get(pk=run.id)
+    assert (row.status, row.output) == ("needs_review", None)
+    assert Step.objects.get(run=row, index=0).state == "unknown"
 
 
 def test_zombie_every_write_is_refused_with_stale_epoch(ledger: Ledger) -> None:

@@ -44,7 +44,8 @@ def test_cancel_a_running_run_refuses_the_workers_next_write_with_run_finished()
     cancelled = run_cancel(run_id=run.pk, by="ada", note="customer withdrew the ticket")
 
     assert cancelled.status == RunStatus.CANCELLED
-    assert cancelled.epoch == epoch  # not fenced: the worker must learn the run is over
+    # fenced (contract, third round), yet the worker learns the run is over, not stale_epoch
+    assert cancelled.epoch == epoch + 1
     assert cancelled.lease_worker is None and cancelled.finished_at is not None
     with pytest.raises(ApplicationError) as refused:
         write_step(run.pk, epoch, 3)
@@ -64,6 +65,7 @@ def test_cancel_a_running_run_refuses_the_workers_next_write_with_run_finished()
         "note": "customer withdrew the ticket",
         "previous_status": "running",
         "worker": "w-1",
+        "epoch": epoch + 1,
     }
     assert last.actor == "user:ada"
     assert verify_journal(run.pk) == 0

@@ -116,7 +116,9 @@ class Run:
     On a clean exit the run is completed with `run.output`. An exception fails it, except the
     ones that mean "stop, someone else decides" (StaleLease, NeedsReview, BudgetExceeded,
     RunFinished), a non-determinism (left for recovery, then review) and an unreachable ledger:
-    those write nothing and propagate.
+    those write nothing and propagate. A run finished with a write step still open (its error
+    caught by the agent before its outcome was recorded) is not completed: the ledger sends
+    that step to review and the block raises NeedsReview (`details["steps"]`).
     """
 
     def __init__(
