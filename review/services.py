@@ -5,6 +5,7 @@ or not at all. Refusals are runs.api_errors.ApplicationError (code, message, det
 """
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 import hashlib
 import hmac
 import ipaddress
@@ -908,7 +909,13 @@ def _post_by_deadline(url: str, body: bytes, headers: dict[str, str], seconds: f
     async def bounded() -> int:
         return await asyncio.wait_for(post(), timeout=seconds)
 
-    return asyncio.run(bounded())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # a Celery worker, a management command: no loop in this thread
+        return asyncio.run(bounded())
+    # called from code that runs a loop in this thread: a thread of its own for the delivery
+    with ThreadPoolExecutor(max_workers=1) as delivery:
+        return delivery.submit(asyncio.run, bounded()).result()
 
 
 def webhook_deliver(*, delivery_id: int) -> bool:

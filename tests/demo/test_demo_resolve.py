@@ -132,8 +132,8 @@ def test_resolving_the_demos_maybe_sent_email_lets_its_run_finish(clean_clone: P
         ctrl_c(proc)
     assert proc.returncode == 0, out.to_the_end()
 
-    # round 2: the same demo started again; its maybe-sent email sent back for retry
-    again = demo_start(clean_clone, port)
+    # round 2: the same demo started again with a new story; its maybe-sent email sent back for retry
+    again = demo_start(clean_clone, port, "--new-story")
     second = Output(again, clean_clone)
     try:
         item = the_maybe_sent_item(second, clean_clone)

@@ -32,8 +32,15 @@ SERVER_ONLY = {"django", "djangorestframework", "celery", "gunicorn", "psycopg",
 
 
 def clean_env() -> dict[str, str]:
-    """This process's environment without what points Python at the checkout or its venv."""
-    dropped = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "DJANGO_SETTINGS_MODULE"}
+    """This process's environment without what points Python at the checkout or its venv (and
+    scripts/test's shared bytecode cache, which would put pip's .pyc files outside the venv)."""
+    dropped = {
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "VIRTUAL_ENV",
+        "DJANGO_SETTINGS_MODULE",
+        "PYTHONPYCACHEPREFIX",
+    }
     return {k: v for k, v in os.environ.items() if k not in dropped}
 
 
