@@ -5,13 +5,13 @@ or not at all. Refusals are runs.api_errors.ApplicationError (code, message, det
 """
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 import hashlib
 import hmac
 import ipaddress
 import json
 import socket
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
