@@ -109,6 +109,21 @@ def psql(podman: Podman, project: str, sql: str) -> str:
     return done.stdout.strip()
 
 
+def start_agent_run(podman: Podman, web: str, ticket: str) -> subprocess.CompletedProcess[str]:
+    """`manage.py start_agent_run` in the web container. Podman's container DNS (aardvark) has
+    been seen to fail a lookup of `postgres` once under load, right after web itself answered
+    /readyz through it: such an answer is asked again, a few times (the command attaches to the
+    same run by its ticket, so a second call starts nothing twice); any other failure fails."""
+    argv = ("exec", web, "python", "manage.py", "start_agent_run", "--ticket", ticket)
+    for _ in range(4):
+        answer = podman(*argv, check=False)
+        if answer.returncode == 0 or "name resolution" not in answer.stderr:
+            break
+        time.sleep(2)
+    assert answer.returncode == 0, f"start_agent_run exited {answer.returncode}: {answer.stderr}"
+    return answer
+
+
 def test_compose_up_gives_a_ledger_whose_worker_completes_a_run(
     podman: Podman, ledger_image: str, django_db_setup: Any
 ) -> None:
@@ -141,7 +156,7 @@ def test_compose_up_gives_a_ledger_whose_worker_completes_a_run(
         assert exit_code == "0"
 
         web = container_of(podman, project, "web")
-        queued = podman("exec", web, "python", "manage.py", "start_agent_run", "--ticket", "T-1001")
+        queued = start_agent_run(podman, web, "T-1001")
         run_id = queued.stdout.strip().splitlines()[-1]
         run_id = str(uuid.UUID(run_id))  # a UUID, so safe to put in the SQL below
         status = ""
