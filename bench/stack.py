@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -143,8 +144,9 @@ def reset_journal_tables() -> None:
 
 
 def worker_token(*options: str) -> str:
-    """A new worker token; `options` as for create_worker_token (e.g. "--scope", "tools:direct")."""
-    out = manage("create_worker_token", f"bench-{os.getpid()}", *options)
+    """A new worker token; `options` as for create_worker_token (e.g. "--scope", "tools:direct").
+    Each has a name of its own: a live token's name is unique."""
+    out = manage("create_worker_token", f"bench-{os.getpid()}-{uuid.uuid4().hex[:8]}", *options)
     return out.strip().splitlines()[-1].strip()
 
 
