@@ -367,6 +367,26 @@ class Run:
 
     # --- internals ------------------------------------------------------------------------
 
+    def _raise_unless_resumable(self, index: int, name: str, recorded: dict[str, Any]) -> None:
+        """A recorded step that must not run again stops here: `denied` was refused, `unknown`
+        may have happened (a person decides), any other state but intent, interrupted or
+        awaiting approval means the run is over. Replays (`done`, `error`) are the caller's."""
+        state = recorded["state"]
+        if state == "denied":
+            raise _denied(recorded)
+        if state == "unknown":
+            raise self._stop(
+                NeedsReview(
+                    f"Step {index} ({name}) may have happened; a supervisor decides.",
+                    code="needs_review",
+                    details={"index": index},
+                )
+            )
+        if state not in ("interrupted", "intent", "awaiting_approval"):
+            raise self._stop(
+                RunFinished(f"Step {index} is {state}.", code="run_finished", details=recorded)
+            )
+
     def _step(
         self,
         *,
@@ -397,19 +417,7 @@ class Run:
             if state == "denied":
                 self._next += 1
                 self.replayed += 1
-                raise _denied(recorded)
-            if state == "unknown":
-                raise self._stop(
-                    NeedsReview(
-                        f"Step {index} ({name}) may have happened; a supervisor decides.",
-                        code="needs_review",
-                        details={"index": index},
-                    )
-                )
-            if state not in ("interrupted", "intent", "awaiting_approval"):
-                raise self._stop(
-                    RunFinished(f"Step {index} is {state}.", code="run_finished", details=recorded)
-                )
+            self._raise_unless_resumable(index, name, recorded)
         if on_gateway:
             # one call: the ledger journals the intent, runs the tool under the step's key and
             # records its outcome (a crash anywhere in it is recovered from the key record)

@@ -63,11 +63,10 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from intentledger._ledger import Ledger
-from intentledger._run import Run, _denied
+from intentledger._run import Run
 from intentledger.errors import (
     LedgerError,
     LedgerUnavailable,
-    NeedsReview,
     RunFinished,
     StepFailed,
     StopRun,
@@ -501,22 +500,7 @@ class Gateway:
                 if state in ("done", "error"):  # a replay: the journal answers
                     run.replayed += 1
                     return _recorded_answer(recorded)
-                if state == "unknown":
-                    raise run._stop(
-                        NeedsReview(
-                            f"Step {index} ({step_name}) may have happened; a supervisor decides.",
-                            code="needs_review",
-                            details={"index": index},
-                        )
-                    )
-                if state == "denied":
-                    raise _denied(recorded)
-                if state not in ("intent", "interrupted", "awaiting_approval"):
-                    raise run._stop(
-                        RunFinished(
-                            f"Step {index} is {state}.", code="run_finished", details=recorded
-                        )
-                    )
+                run._raise_unless_resumable(index, step_name, recorded)
             intent = (index, "tool", step_name, effect, enforced_by, arguments)
             try:
                 step = run._intent(*intent, outcome=None)
