@@ -142,6 +142,18 @@ class PodResult:
     log: Path
 
 
+# the story's pods by ticket role, with who enforces each one's email: the evicted pod's goes
+# through the ledger's gateway, the maybe-sent pod sends over plain SMTP the ledger cannot see
+POD_EMAIL_ENFORCED_BY = {"evicted": "ledger", "maybe_sent": "nobody"}
+
+
+def story_pod_argv(round_no: int, ticket: Ticket) -> list[str]:
+    """The command line of a pod ticket's worker process, as its deployment starts it."""
+    tid = ticket_id(round_no, ticket)
+    enforced_by = POD_EMAIL_ENFORCED_BY[ticket.role]
+    return pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by=enforced_by)
+
+
 def pod_argv(tid: str, ticket: Ticket, *, worker: str, email_enforced_by: str) -> list[str]:
     return [
         sys.executable,
@@ -231,8 +243,7 @@ def dispatch_through_celery(story: Story, tickets: list[Ticket]) -> None:
 def play_evicted(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
     """A pod killed with SIGKILL right after step 12, replaced at once under the same worker
     name (as an orchestrator restarts a pod): it replays 0-12 from the journal and goes on."""
-    tid = ticket_id(story.round_no, ticket)
-    argv = pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by="ledger")
+    argv = story_pod_argv(story.round_no, ticket)
     crash = {"AGENT_CRASH_AFTER_STEP": str(EVICT_AFTER_STEP)}
     killed_and_replaced(
         story, ticket, "evicted", argv, env, crash, f"after step {EVICT_AFTER_STEP}"
@@ -243,8 +254,7 @@ def play_maybe_sent(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
     """A pod that sends the email itself over SMTP (enforced_by nobody: the ledger cannot ask
     the mail server whether it went out) and is killed inside the send. Its replacement finds
     the step's intent without an outcome: unknown, so the run goes to the review queue."""
-    tid = ticket_id(story.round_no, ticket)
-    argv = pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by="nobody")
+    argv = story_pod_argv(story.round_no, ticket)
     crash = {"AGENT_CRASH_INSIDE": "email.send"}
     killed_and_replaced(story, ticket, "maybe-sent", argv, env, crash, "inside email.send")
 
@@ -529,16 +539,14 @@ def told_story(round_no: int, url: str) -> Story:
     not finished yet is watched again, so a decision taken after the restart still resumes it."""
     story = Story(round_no=round_no, url=url)
     env = {**os.environ, "INTENTLEDGER_URL": url, **CRASH_HOOKS}
-    enforced = {"evicted": "ledger", "maybe_sent": "nobody"}
     for ticket in story_tickets(round_no):
-        if ticket.role not in enforced:
+        if ticket.role not in POD_EMAIL_ENFORCED_BY:
             continue
         tid = ticket_id(round_no, ticket)
         run = Run.objects.filter(agent="support", external_id=f"ticket:{tid}").first()
         if run is None or run.status in FINAL_STATUSES:
             continue
-        argv = pod_argv(tid, ticket, worker=f"pod-{tid}", email_enforced_by=enforced[ticket.role])
-        story.deployed[str(run.pk)] = (tid, argv, env)
+        story.deployed[str(run.pk)] = (tid, story_pod_argv(round_no, ticket), env)
     return story
 
 
