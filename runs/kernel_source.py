@@ -74,8 +74,8 @@ def snapshot_differs(source: Path = SOURCE, folder: Path = MIGRATIONS) -> bool:
 def snapshot_write(source: Path = SOURCE, folder: Path = MIGRATIONS) -> Path:
     """Writes ledger.sql's text as the next migration of `folder` and returns its path."""
     sql = source.read_text()
-    if "'''" in sql or sql.endswith("\\"):
-        raise ValueError("ledger.sql cannot be embedded in r'''...''': it holds ''' or ends in \\")
+    if '"""' in sql or sql.endswith("\\"):
+        raise ValueError('ledger.sql cannot be embedded in r"""...""": it holds """ or ends in \\')
     numbered = sorted(p for p in folder.glob("*.py") if _NUMBERED.match(p.name))
     if not numbered:
         raise ValueError(f"{folder} has no numbered migration to follow")
@@ -86,11 +86,12 @@ def snapshot_write(source: Path = SOURCE, folder: Path = MIGRATIONS) -> Path:
         f'"""The journal kernel as runs/sql/ledger.sql held it when this snapshot was taken\n'
         f"(`manage.py kernel_snapshot`); frozen: a later edit of ledger.sql makes a new snapshot.\n"
         f"Every statement is idempotent, so a database that already runs these bodies is unchanged.\n"
-        f'Backwards does nothing: the previous snapshot\'s bodies come back by migrating forwards."""\n'
+        f"Backwards leaves the functions as they are: a snapshot is not undone by the one before it.\n"
+        f'"""\n'
         f"\n"
         f"from django.db import migrations\n"
         f"\n"
-        f"SQL = r'''{sql}'''\n"
+        f'SQL = r"""{sql}"""\n'
         f"\n"
         f"\n"
         f"class Migration(migrations.Migration):\n"
