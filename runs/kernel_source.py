@@ -26,17 +26,15 @@ MIGRATIONS = RUNS / "migrations"
 SNAPSHOT_SUFFIX = "_kernel_snapshot.py"
 _NUMBERED = re.compile(r"^(\d{4})_\w+\.py$")
 
-# what the kernel is in the database: the ledger_* functions, and the triggers (with their
-# functions) on the journal's tables; partitions' clones of a parent's trigger are not counted
+# what the kernel is in the database: the ledger_* functions, the journal's trigger functions
+# (runs_*, returning trigger) and the triggers on its tables; partitions' clones of a parent's
+# trigger are not counted
 _FUNCTIONS = r"""
 SELECT p.oid, p.xmin::text, format('%s(%s)', p.proname, pg_get_function_identity_arguments(p.oid)),
        pg_get_functiondef(p.oid)
 FROM pg_proc p
 WHERE p.pronamespace = current_schema()::regnamespace
-  AND (p.proname LIKE 'ledger\_%' OR p.oid IN (
-      SELECT t.tgfoid FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-      WHERE NOT t.tgisinternal AND c.relnamespace = current_schema()::regnamespace
-        AND c.relname LIKE 'runs\_%'))
+  AND (p.proname LIKE 'ledger\_%' OR (p.proname LIKE 'runs\_%' AND p.prorettype = 'trigger'::regtype))
 """
 _TRIGGERS = r"""
 SELECT t.oid, format('%s on %s', t.tgname, c.relname), pg_get_triggerdef(t.oid)
@@ -140,7 +138,7 @@ def database_drift(sql: str | None = None) -> Drift:
         functions = {name: (oid, xmin, definition) for oid, xmin, name, definition in cursor}
         cursor.execute(_TRIGGERS)
         triggers = {name: (oid, definition) for oid, name, definition in cursor}
-        sid = transaction.savepoint()
+        sid = transaction.savepoint_create()
         try:
             cursor.execute(sql)
             cursor.execute(_FUNCTIONS)
