@@ -1,6 +1,6 @@
 """Retention: drop whole months of the journal older than the policy, after a signed checkpoint.
 
-Steps and events are partitioned by their run's month (runs 0012); retention detaches and drops
+Steps and events are partitioned by their run's month (runs 0001); retention detaches and drops
 a month's partitions instead of deleting rows (no dead tuples, no vacuum debt). Only final runs
 (completed, failed, abandoned, cancelled) go: never a live run, never one in review, never one
 stopped by its budget (an admin may still raise its limits), never one on legal hold, never one
@@ -169,7 +169,7 @@ def _next_month(month: date) -> date:
 
 def _approvals_step_aside(cursor: Any, *, kept: list[Any], month: date) -> None:
     """The kept runs' approval requests of `month`, and their approvals, copied into temporary
-    tables and deleted: their foreign key to runs_step (runs 0015) points into the month's
+    tables and deleted: their foreign key to runs_step (runs 0001) points into the month's
     partition, and PostgreSQL refuses to detach a partition whose rows are still referenced
     (deferred or not). `_approvals_step_back` puts them back, rows unchanged, once the steps
     are in the keep partition."""

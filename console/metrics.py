@@ -106,7 +106,7 @@ class LedgerCollector(Collector):
                 "coalesce(sum((payload->>'replayable_steps')::bigint) FILTER ("
                 "WHERE type = 'lease_acquired'), 0), "
                 "count(*) FILTER (WHERE type = 'lease_expired') "
-                # the predicate of event_recovery_at_idx (runs migration 0006)
+                # the predicate of event_recovery_at_idx (runs 0001)
                 "FROM runs_event WHERE type = 'reconciled' OR type = 'lease_expired' "
                 "OR (type = 'lease_acquired' AND (payload->>'recovery') = 'true')"
             )

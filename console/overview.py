@@ -3,7 +3,7 @@
 Runs per day come from the rollup beat keeps (console.rollup: complete days) plus today's runs
 read live. Every query is bounded by the window and served by an index: runs by `run_created_idx`, the
 recovery events by `event_recovery_at_idx` and failing steps by `step_error_outcome_idx`
-(partial indexes, migration runs 0006), the review queue (unknown steps and steps awaiting
+(partial indexes, runs 0001), the review queue (unknown steps and steps awaiting
 approval) by `step_unknown_idx` and `step_awaiting_approval_idx`.
 """
 

@@ -116,7 +116,7 @@ class Run(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     # the month the run was created in: its steps and events carry it too and live in that
-    # month's partition (runs/sql/0012_journal_partitioned_by_run_month.sql); never changes
+    # month's partition (runs/migrations/0001_initial.py); never changes
     journal_month = models.DateField(default=journal_month_now, editable=False)
     # retention never purges a run on legal hold (audit.retention), nor drops it with its month;
     # an admin sets and lifts it (runs.services.run_legal_hold), each time with an event
@@ -400,7 +400,7 @@ class Event(models.Model):
             ),
             models.CheckConstraint(condition=Q(seq__gte=1), name="event_seq_positive"),
         ]
-        # event_recovery_at_idx (migration 0006, in SQL: its predicate reads the payload)
+        # event_recovery_at_idx (runs 0001, in SQL: its predicate reads the payload)
         ordering = ["run", "seq"]
 
     def __str__(self) -> str:
@@ -410,7 +410,7 @@ class Event(models.Model):
 class ApprovalRule(models.Model):
     """Write intents of `agent` (blank: every agent) whose tool name matches `tool_pattern` (a
     glob: `*` any run of characters) wait for `approvals_required` different people before they
-    run. Read by the journal kernel (runs/sql/0018_fork_fences.sql) at intent time.
+    run. Read by the journal kernel (runs/sql/ledger.sql) at intent time.
 
     One row, made by a migration, is the forks' fence (`is_fork_fence`, never active by itself):
     the kernel names it as the rule of a fork's write a ForkFence holds. It is not on the
@@ -462,14 +462,14 @@ class ApprovalRule(models.Model):
 class ForkFence(models.Model):
     """A tool whose writes a fork holds for a person's approval: the original already made them
     after the fork point and the admin chose not to run them again (runs.services.run_fork).
-    Read by the journal kernel (runs/sql/0018_fork_fences.sql) at a write intent of the fork."""
+    Read by the journal kernel (runs/sql/ledger.sql) at a write intent of the fork."""
 
     pk = models.CompositePrimaryKey("run_id", "tool")
     run = models.ForeignKey(
         Run,
         on_delete=models.CASCADE,
         related_name="fork_fences",
-        db_constraint=False,  # ON DELETE CASCADE in SQL (runs 0018), as a retention delete needs
+        db_constraint=False,  # ON DELETE CASCADE in SQL (runs 0001), as a retention delete needs
     )
     tool = models.CharField(max_length=200)
     created_by = models.CharField(max_length=150)
@@ -484,7 +484,7 @@ class ApprovalRequest(models.Model):
 
     Keyed by its run like the journal: in the database the primary key is (id, run_id),
     (step_id, run_id, journal_month) references the step (ON DELETE CASCADE) and
-    (run_id, journal_month) the run (runs 0015). Writers copy `run_id` and `journal_month`
+    (run_id, journal_month) the run (runs 0001). Writers copy `run_id` and `journal_month`
     from the step. One request a step: approval_request_once_per_step."""
 
     run = models.ForeignKey(
@@ -531,7 +531,7 @@ class Approval(models.Model):
     """One person's approval; two from the same person never count twice (four eyes).
 
     Keyed by its run: primary key (id, run_id), (request_id, run_id) references the request
-    (ON DELETE CASCADE), run_id the run (runs 0015); `run_id` is the request's."""
+    (ON DELETE CASCADE), run_id the run (runs 0001); `run_id` is the request's."""
 
     run = models.ForeignKey(
         Run,

@@ -1,7 +1,7 @@
 """Waiting for a run to settle without holding a thread: an async view fed by LISTEN/NOTIFY.
 
 `GET /api/v1/runs/{id}/?wait=N` answers once the run is final, needs review or is over budget,
-or after N seconds, with the run either way. A trigger (runs/sql/0011_run_status_notify.sql)
+or after N seconds, with the run either way. A trigger (runs/sql/ledger.sql)
 notifies channel `ledger_run_status` with the run id when a run's status changes, at commit.
 
 Under ASGI (`uvicorn config.asgi:application`) one listening connection per process serves every
