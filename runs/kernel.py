@@ -1,6 +1,6 @@
 """The journal kernel's Python half: each hot worker call is one SQL function, one round trip.
 
-The functions live in runs/sql/ledger.sql (installed by its snapshot migrations). They take the run's row lock, check
+The functions live in runs/sql/ledger.sql (via migrations). They take the run's row lock, check
 the epoch and the status, apply the transition, append the events to the hash chain and update
 the counters in one statement. Python renders the canonical text of what it already knows (the
 actor, the time, each payload) so the hash the database computes is over exactly the bytes

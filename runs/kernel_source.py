@@ -34,7 +34,8 @@ SELECT p.oid, p.xmin::text, format('%s(%s)', p.proname, pg_get_function_identity
        pg_get_functiondef(p.oid)
 FROM pg_proc p
 WHERE p.pronamespace = current_schema()::regnamespace
-  AND (p.proname LIKE 'ledger\_%' OR (p.proname LIKE 'runs\_%' AND p.prorettype = 'trigger'::regtype))
+  AND (p.proname LIKE 'ledger\_%'
+       OR (p.proname LIKE 'runs\_%' AND p.prorettype = 'trigger'::regtype))
 """
 _TRIGGERS = r"""
 SELECT t.oid, format('%s on %s', t.tgname, c.relname), pg_get_triggerdef(t.oid)
@@ -81,10 +82,11 @@ def snapshot_write(source: Path = SOURCE, folder: Path = MIGRATIONS) -> Path:
     number = int(latest.name[:4]) + 1
     path = folder / f"{number:04d}{SNAPSHOT_SUFFIX}"
     path.write_text(
-        f'"""The journal kernel as runs/sql/ledger.sql held it when this snapshot was taken\n'
-        f"(`manage.py kernel_snapshot`); frozen: a later edit of ledger.sql makes a new snapshot.\n"
-        f"Every statement is idempotent, so a database that already runs these bodies is unchanged.\n"
-        f"Backwards leaves the functions as they are: a snapshot is not undone by the one before it.\n"
+        f'"""The journal kernel as runs/sql/ledger.sql held it when this snapshot was\n'
+        f"taken (`manage.py kernel_snapshot`); frozen: a later edit of ledger.sql makes a new\n"
+        f"snapshot. Every statement is idempotent, so a database that already runs these bodies\n"
+        f"is unchanged. Backwards leaves the functions as they are: a snapshot is not undone by\n"
+        f"the one before it.\n"
         f'"""\n'
         f"\n"
         f"from django.db import migrations\n"

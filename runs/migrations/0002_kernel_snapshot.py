@@ -1,7 +1,8 @@
-"""The journal kernel as runs/sql/ledger.sql held it when this snapshot was taken
-(`manage.py kernel_snapshot`); frozen: a later edit of ledger.sql makes a new snapshot.
-Every statement is idempotent, so a database that already runs these bodies is unchanged.
-Backwards leaves the functions as they are: a snapshot is not undone by the one before it.
+"""The journal kernel as runs/sql/ledger.sql held it when this snapshot was
+taken (`manage.py kernel_snapshot`); frozen: a later edit of ledger.sql makes a new
+snapshot. Every statement is idempotent, so a database that already runs these bodies
+is unchanged. Backwards leaves the functions as they are: a snapshot is not undone by
+the one before it.
 """
 
 from django.db import migrations
