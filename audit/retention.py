@@ -28,7 +28,7 @@ from runs import clock
 from runs.api_errors import invalid
 from runs.constants import FINAL_STATUSES
 from runs.models import ApprovalRequest, Event, Run, Step
-from runs.services import run_legal_hold
+from runs.services.actions import run_legal_hold
 
 PURGE_BATCH = 500
 

@@ -15,7 +15,8 @@ from review.services import review_run_decide
 from runs.api_errors import ApplicationError, invalid, note_required
 from runs.constants import CANCELLABLE_STATUSES
 from runs.models import Run
-from runs.services import run_cancel, run_fork
+from runs.services.actions import run_cancel
+from runs.services.forks import run_fork
 
 BULK_LIMIT = 500  # runs one confirmation may act on; narrow the filter for more
 

@@ -28,7 +28,7 @@ import redis
 
 from runs.chain import run_chain_breaks
 from runs.models import Event, Run
-from runs.services import runs_reap_expired_leases, runs_redispatch_idle
+from runs.services.enforcement import runs_reap_expired_leases, runs_redispatch_idle
 from tests.connection_budget import holds_connections
 from tests.processes import start_celery_worker, stop_celery_worker
 from tests.reliability.conftest import Stack, port_in_range, stop

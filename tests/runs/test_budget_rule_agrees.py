@@ -11,7 +11,8 @@ from django.db import connection
 
 from runs import clock
 from runs.models import Run
-from runs.services import _exceeded_limit, run_create
+from runs.services.budgets import _exceeded_limit
+from runs.services.creation import run_create
 
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("room left", {}),
