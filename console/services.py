@@ -42,7 +42,7 @@ def console_run_fork(
     note: str,
     writes: dict[str, str] | None = None,
 ) -> Run:
-    """A fork (runs.services.run_fork: `writes` holds or runs again, per tool, the writes the
+    """A fork (runs.services.forks.run_fork: `writes` holds or runs again, per tool, the writes the
     original made after the fork point) and its audit entry, which records those choices."""
     with transaction.atomic():
         fork = run_fork(

@@ -1,5 +1,5 @@
 """The budget rule is written twice, in PL/pgSQL (ledger_exceeded_limit: the hot calls) and in
-runs.services._exceeded_limit (recovery, limit raises); this table proves they say the same."""
+runs.services.budgets._exceeded_limit (recovery, limit raises); this table proves they say the same."""
 
 import json
 from datetime import timedelta
