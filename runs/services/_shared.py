@@ -13,20 +13,9 @@ from django.db import transaction
 
 from runs import kernel
 from runs.api_errors import ApplicationError
-from runs.constants import (
-    FINAL_STATUSES,
-    EventType,
-    RunRunner,
-    RunStatus,
-    StatusReason,
-)
-from runs.kernel import (
-    event_append,
-    run_move,
-)
-from runs.models import (
-    Run,
-)
+from runs.constants import FINAL_STATUSES, EventType, RunRunner, RunStatus, StatusReason
+from runs.kernel import event_append, run_move
+from runs.models import Run
 from runs.signals import run_resumable
 
 
@@ -68,6 +57,11 @@ def _offer_on_commit(run: Run, *, reason: str) -> None:
     runner is `celery`; an external run is resumed by its own process, never taken over."""
     if run.runner != RunRunner.CELERY:
         return
+    _resumable_on_commit(run, reason=reason)
+
+
+def _resumable_on_commit(run: Run, *, reason: str) -> None:
+    """Send `run_resumable` for the run once this transaction commits (the agents app listens)."""
     transaction.on_commit(
         lambda: run_resumable.send(sender=Run, run_id=run.pk, agent=run.agent, reason=reason)
     )

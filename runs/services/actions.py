@@ -12,21 +12,9 @@ from uuid import UUID
 
 from runs import clock
 from runs.api_errors import ApplicationError, note_required
-from runs.constants import (
-    BUDGET_LIMITS,
-    FINAL_STATUSES,
-    EventType,
-    RunStatus,
-    StatusReason,
-)
-from runs.kernel import (
-    event_append,
-    run_move,
-    transition,
-)
-from runs.models import (
-    Run,
-)
+from runs.constants import BUDGET_LIMITS, FINAL_STATUSES, EventType, RunStatus, StatusReason
+from runs.kernel import event_append, run_move, transition
+from runs.models import Run
 from runs.services._shared import _resume_after_review
 from runs.services.budgets import _exceeded_limit
 

@@ -16,25 +16,11 @@ from django.db import transaction
 
 from runs import clock
 from runs.api_errors import ApplicationError, note_required
-from runs.constants import (
-    FINAL_STATUSES,
-    ApprovalOutcome,
-    EventType,
-    ResolutionAction,
-    StepState,
-)
-from runs.kernel import (
-    event_append,
-    step_move,
-)
+from runs.constants import FINAL_STATUSES, ApprovalOutcome, EventType, ResolutionAction, StepState
+from runs.kernel import event_append, step_move
 from runs.lock_objects import run_for_update
-from runs.models import (
-    Approval,
-    ApprovalRequest,
-    Run,
-    Step,
-)
-from runs.signals import run_resumable
+from runs.models import Approval, ApprovalRequest, Run, Step
+from runs.services._shared import _resumable_on_commit
 
 
 def _approval_locked(run_id: UUID | str, index: int) -> tuple[Run, Step, ApprovalRequest]:
@@ -148,9 +134,7 @@ def _wake_worker(run: Run, *, now: datetime, why: str) -> None:
         return
     if run.lease_expires_at is not None and run.lease_expires_at > now:
         return
-    transaction.on_commit(
-        lambda: run_resumable.send(sender=Run, run_id=run.pk, agent=run.agent, reason=why)
-    )
+    _resumable_on_commit(run, reason=why)
 
 
 def _expire_if_due(

@@ -10,20 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from runs.api_errors import ApplicationError
-from runs.constants import (
-    BUDGET_LIMITS,
-    EventType,
-    RunStatus,
-)
-from runs.kernel import (
-    event_append,
-    money,
-    run_move,
-)
-from runs.models import (
-    BudgetPolicy,
-    Run,
-)
+from runs.constants import BUDGET_LIMITS, EventType, RunStatus
+from runs.kernel import event_append, money, run_move
+from runs.models import BudgetPolicy, Run
 
 
 def budget_policy_for(agent: str) -> BudgetPolicy:

@@ -11,16 +11,9 @@ from django.db import IntegrityError, transaction
 
 from runs import clock
 from runs.canonical import GENESIS_HASH
-from runs.constants import (
-    EventType,
-    RunRunner,
-)
-from runs.kernel import (
-    event_append,
-)
-from runs.models import (
-    Run,
-)
+from runs.constants import EventType, RunRunner
+from runs.kernel import event_append
+from runs.models import Run
 from runs.services.budgets import budget_of, budget_policy_for, limits_copied
 
 

@@ -19,16 +19,8 @@ from runs.constants import (
     StatusReason,
     StepState,
 )
-from runs.kernel import (
-    event_append,
-    run_move,
-    step_move,
-    transition,
-)
-from runs.models import (
-    Run,
-    Step,
-)
+from runs.kernel import event_append, run_move, step_move, transition
+from runs.models import Run, Step
 from runs.services._shared import _resume_after_review
 
 

@@ -14,25 +14,16 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from runs import clock
-from runs.constants import (
-    EventType,
-    RunRunner,
-    RunStatus,
-    StatusReason,
-    StepState,
-)
-from runs.kernel import (
-    event_append,
-    run_move,
-)
-from runs.models import (
-    Run,
-    Step,
-)
+from runs.constants import EventType, RunRunner, RunStatus, StatusReason, StepState
+from runs.kernel import event_append, run_move
+from runs.models import Run, Step
 from runs.services._shared import _needs_review, _offer_on_commit
-from runs.services.budgets import _budget_exceed
+from runs.services.budgets import _budget_exceed, _exceeded_limit
 from runs.services.recovery import _recover_open_intents
 from runs.signals import run_resumable
+
+# the statuses a passed deadline stops (a run in review or over budget already waits for a person)
+DEADLINE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED)
 
 
 def _awaits_approval(run_id: UUID | str) -> bool:
@@ -139,19 +130,10 @@ def run_deadline_enforce(*, run_id: UUID | str, actor: str = "system:deadlines")
     with transaction.atomic():
         run = Run.objects.select_for_update(skip_locked=True).filter(pk=run_id).first()
         now = clock.now()
-        if run is None or run.status not in (
-            RunStatus.PENDING,
-            RunStatus.RUNNING,
-            RunStatus.INTERRUPTED,
-        ):
+        if run is None or run.status not in DEADLINE_STATUSES or now < run.deadline:
             return None
-        if now < run.deadline:
-            return None
-        limit = {
-            "limit": "wall_seconds",
-            "limit_value": run.limit_wall_seconds,
-            "deadline": run.deadline.isoformat(),
-        }
+        limit = _exceeded_limit(run, now=now, next_step=False)  # past its deadline: wall_seconds
+        assert limit is not None
         run.lease_worker = None
         run.lease_expires_at = None
         _budget_exceed(run, limit, actor=actor, now=now)
@@ -161,9 +143,8 @@ def run_deadline_enforce(*, run_id: UUID | str, actor: str = "system:deadlines")
 def runs_enforce_deadlines(*, limit: int = 500) -> int:
     now = clock.now()
     ids = list(
-        Run.objects.filter(
-            status__in=[RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED],
-            deadline__lte=now,
-        ).values_list("pk", flat=True)[:limit]
+        Run.objects.filter(status__in=DEADLINE_STATUSES, deadline__lte=now).values_list(
+            "pk", flat=True
+        )[:limit]
     )
     return sum(1 for run_id in ids if run_deadline_enforce(run_id=run_id) is not None)

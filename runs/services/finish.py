@@ -10,23 +10,9 @@ from uuid import UUID
 
 from runs import clock, kernel
 from runs.api_errors import ApplicationError
-from runs.constants import (
-    Effect,
-    EventType,
-    RunStatus,
-    StatusReason,
-    StepState,
-)
-from runs.kernel import (
-    event_append,
-    run_move,
-    step_move,
-    transition,
-)
-from runs.models import (
-    Run,
-    Step,
-)
+from runs.constants import Effect, EventType, RunStatus, StatusReason, StepState
+from runs.kernel import event_append, run_move, step_move, transition
+from runs.models import Run, Step
 from runs.services._shared import _needs_review, _refusal_for_status
 
 

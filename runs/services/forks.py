@@ -11,28 +11,16 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
-
 from runs import clock
 from runs.api_errors import ApplicationError, invalid, note_required
 from runs.canonical import GENESIS_HASH, arguments_hash
-from runs.constants import (
-    EventType,
-    ForkWrite,
-    StepState,
-)
-from runs.kernel import (
-    event_append,
-    transition,
-)
-from runs.models import (
-    ApprovalRule,
-    ForkFence,
-    Run,
-    Step,
-)
+from runs.constants import EventType, ForkWrite, StepState
+from runs.kernel import event_append, transition
+from runs.models import ApprovalRule, ForkFence, Run, Step
+from runs.representations import step_json
+from runs.selectors import fork_writes_after
+from runs.services._shared import _resumable_on_commit
 from runs.services.budgets import budget_of, limits_copied
-from runs.signals import run_resumable
 
 COPYABLE_STEP_STATES = frozenset({StepState.DONE, StepState.ERROR})
 
@@ -136,11 +124,7 @@ def run_fork(
             actor=actor,
             at=now,
         )
-        transaction.on_commit(
-            lambda: run_resumable.send(
-                sender=Run, run_id=fork.pk, agent=fork.agent, reason="forked"
-            )
-        )
+        _resumable_on_commit(fork, reason="forked")
         return fork
 
 
@@ -165,8 +149,6 @@ def _fork_write_choices(
 ) -> dict[str, str]:
     """The choice for each tool the original wrote with from `index` on; refused unless every
     such tool has one (and only those)."""
-    from runs.selectors import fork_writes_after
-
     made = fork_writes_after(run_id=run_id, index=index)
     names = {w.name for w in made}
     bad = {n: c for n, c in writes.items() if n not in names or c not in ForkWrite.values}
@@ -229,8 +211,6 @@ def _copied_payload(step: Step) -> dict[str, Any]:
     """Binds every field of a copied step, as step_intent + step_done (+ step_resolved) would:
     the step as the API shows it (the shape runs.binding compares), with its arguments and
     result by their hashes and without the epoch and times the fork gives it."""
-    from runs.representations import step_json  # which reads runs.services
-
     shown = step_json(step)
     for own in ("arguments", "result", "epoch", "intent_at", "outcome_at"):
         del shown[own]

@@ -11,19 +11,9 @@ from uuid import UUID
 
 from runs import kernel
 from runs.api_errors import ApplicationError
-from runs.constants import (
-    EventType,
-    RunStatus,
-    StatusReason,
-)
-from runs.kernel import (
-    run_move,
-    transition,
-)
-from runs.models import (
-    Run,
-    Step,
-)
+from runs.constants import EventType, RunStatus, StatusReason
+from runs.kernel import run_move, transition
+from runs.models import Run, Step
 from runs.services._shared import _needs_review, _refusal_for_status
 from runs.services.budgets import _budget_exceed, _exceeded_limit
 from runs.services.recovery import _recover_open_intents

@@ -9,20 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from runs.canonical import arguments_hash
-from runs.constants import (
-    Effect,
-    EnforcedBy,
-    EventType,
-    StepState,
-)
-from runs.kernel import (
-    event_append,
-    step_move,
-)
-from runs.models import (
-    Run,
-    Step,
-)
+from runs.constants import Effect, EnforcedBy, EventType, StepState
+from runs.kernel import event_append, step_move
+from runs.models import Run, Step
 from runs.recovery import key_state_lookup
 from tools.lookups import tool_lookup
 
