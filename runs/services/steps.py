@@ -19,8 +19,6 @@ logger = logging.getLogger(__name__)
 # The two hot calls are the journal kernel's statements themselves (runs/kernel.py), rules and
 # all: the service layer adds nothing between them and the caller.
 step_intent_record = kernel.step_intent
-
-
 step_outcome_record = kernel.step_outcome
 
 
