@@ -28,7 +28,7 @@ from runs import clock
 from runs.api_errors import invalid
 from runs.constants import FINAL_STATUSES
 from runs.models import ApprovalRequest, Event, Run, Step
-from runs.services import run_legal_hold
+from runs.services.actions import run_legal_hold
 
 PURGE_BATCH = 500
 
@@ -59,7 +59,7 @@ def retention_policy_update(*, user: Any, enabled: bool, keep_days: int) -> Rete
 
 def legal_hold_change(*, actor: AbstractBaseUser, run_id: UUID | str, on: bool, note: str) -> Run:
     """An admin puts a run on legal hold (`on`) or lifts it: the rule and the run's event are
-    runs.services.run_legal_hold; its audit entry is written in the same transaction."""
+    runs.services.actions.run_legal_hold; its audit entry is written in the same transaction."""
     with transaction.atomic():
         run = run_legal_hold(run_id=run_id, on=on, by=actor.get_username(), note=note)
         audit_record(

@@ -177,7 +177,7 @@ def findings(results: Results) -> str:
     lines += [
         "",
         "**What changed this round** (the journal kernel issue): each hot worker call is one "
-        "PL/pgSQL function (runs/sql/0003_journal_kernel.sql) instead of 5–8 ORM statements; the "
+        "PL/pgSQL function (runs/sql/ledger.sql) instead of 5–8 ORM statements; the "
         "hot calls are answered by a lean WSGI path (runs/hotpath.py: orjson, hand validation, "
         "declining anything unusual to the DRF views) without Django's request cycle or a "
         "per-request health check; token lookups are cached for a second.",

@@ -27,7 +27,8 @@ def measure(size: int, runs: int, reps: int) -> dict[str, Any]:
 
     django.setup()
     from bench.common import payload_of
-    from runs import kernel, services
+    from runs import kernel
+    from runs.services.creation import run_create
 
     payload = payload_of(size)
     out: dict[str, list[list[float]]] = {"write": [], "read": []}
@@ -35,7 +36,7 @@ def measure(size: int, runs: int, reps: int) -> dict[str, Any]:
         write: list[float] = []
         read: list[float] = []
         for _ in range(runs):
-            run, _ = services.run_create(agent="bench-inprocess", input={}, actor="bench")
+            run, _ = run_create(agent="bench-inprocess", input={}, actor="bench")
             epoch = kernel.lease(run_id=run.pk, worker="w", ttl_seconds=60, actor="bench").epoch
             for i in range(STEPS):
                 t0 = time.perf_counter()
@@ -49,7 +50,7 @@ def measure(size: int, runs: int, reps: int) -> dict[str, Any]:
                     usage=None, actor="worker:bench",
                 )  # fmt: skip
                 write.append((time.perf_counter() - t0) * 1000)
-            run, _ = services.run_create(agent="bench-inprocess", input={}, actor="bench")
+            run, _ = run_create(agent="bench-inprocess", input={}, actor="bench")
             epoch = kernel.lease(run_id=run.pk, worker="w", ttl_seconds=60, actor="bench").epoch
             for i in range(STEPS):
                 t0 = time.perf_counter()

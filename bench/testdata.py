@@ -25,8 +25,8 @@ from runs.canonical import (
     idempotency_key,
 )
 from runs.constants import EventType
+from runs.kernel import money
 from runs.models import Event, Run, Step
-from runs.services import money
 
 
 def _fields(model: type[Model]) -> list[Any]:

@@ -15,7 +15,8 @@ from review.services import review_run_decide
 from runs.api_errors import ApplicationError, invalid, note_required
 from runs.constants import CANCELLABLE_STATUSES
 from runs.models import Run
-from runs.services import run_cancel, run_fork
+from runs.services.actions import run_cancel
+from runs.services.forks import run_fork
 
 BULK_LIMIT = 500  # runs one confirmation may act on; narrow the filter for more
 
@@ -41,7 +42,7 @@ def console_run_fork(
     note: str,
     writes: dict[str, str] | None = None,
 ) -> Run:
-    """A fork (runs.services.run_fork: `writes` holds or runs again, per tool, the writes the
+    """A fork (runs.services.forks.run_fork: `writes` holds or runs again, per tool, the writes the
     original made after the fork point) and its audit entry, which records those choices."""
     with transaction.atomic():
         fork = run_fork(

@@ -334,7 +334,7 @@ def duplicates_prevented(events: list[Event], replays_by_key: int) -> dict[str, 
 def run_resumed_by(run: Run) -> str:
     """Who takes the run up after a decision, truthfully: a worker that holds it, the ledger's
     Celery workers (runner `celery`), or only its own process (runner `external`: the ledger
-    never starts it; runs.services._offer_on_commit)."""
+    never starts it; runs.services._shared._offer_on_commit)."""
     if run.status in FINAL_STATUSES or run.status == RunStatus.BUDGET_EXCEEDED:
         return f"The run is {run.status}: nothing more runs."
     if run.lease_worker:

@@ -43,15 +43,9 @@ from runs.constants import (
     agent_name_valid,
 )
 from runs.models import ApprovalRule, BudgetPolicy, Run, Step, TokenScope, WorkerToken
-from runs.services import (
-    approval_expire_if_due,
-    resolution_validate,
-    run_limits_raise,
-    run_review_decide,
-    step_approve,
-    step_deny,
-    step_resolve,
-)
+from runs.services.actions import run_limits_raise
+from runs.services.approvals import approval_expire_if_due, step_approve, step_deny
+from runs.services.decisions import resolution_validate, run_review_decide, step_resolve
 from runs.tokens import worker_token_create, worker_token_revoke
 from tools.lookups import LookupAnswer, lookup_for, tool_lookup
 from tools.models import McpTool, McpToolMark

@@ -46,7 +46,7 @@ from runs.api_errors import ApplicationError
 from runs.chain import run_chain_breaks
 from runs.constants import FINAL_STATUSES, LIVE_STATUSES, RunStatus, StepState
 from runs.models import ApprovalRule, BudgetPolicy, Event, Run, Step, WorkerToken
-from runs.services import budget_of
+from runs.services.budgets import budget_of
 from tools.models import McpTool, McpToolMark
 
 View = Callable[..., HttpResponse]

@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs import selectors, services
+from runs import selectors
 from runs.access import agent_check_allowed, run_check_visible
 from runs.api_errors import error_response
 from runs.authentication import actor_of
@@ -32,6 +32,12 @@ from runs.constants import (
 )
 from runs.models import Event, Run, Step
 from runs.representations import event_json, run_json, step_json
+from runs.services.approvals import step_wait_decided
+from runs.services.budgets import budget_of
+from runs.services.creation import run_create
+from runs.services.finish import run_complete, run_fail
+from runs.services.leases import run_heartbeat, run_lease_acquire
+from runs.services.steps import step_intent_record, step_outcome_record
 from tools.gateway import gateway_step_run
 
 MAX_STEP_INDEX = 100_000
@@ -227,7 +233,7 @@ class RunCreateApi(APIView):
         agent_check_allowed(principal=request.user, agent=data["agent"])
         if data["input"] is None:
             data["input"] = {}
-        run, created = services.run_create(**data, actor=actor_of(request))
+        run, created = run_create(**data, actor=actor_of(request))
         return Response(
             run_json(run), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
         )
@@ -329,7 +335,7 @@ class RunLeaseApi(APIView):
     def post(self, request: Request, run_id: str) -> Response:
         run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
-        grant = services.run_lease_acquire(run_id=run_id, **data, actor=actor_of(request))
+        grant = run_lease_acquire(run_id=run_id, **data, actor=actor_of(request))
         return Response(
             {
                 "run": run_json(grant.run),
@@ -363,7 +369,7 @@ class RunHeartbeatApi(APIView):
     def post(self, request: Request, run_id: str) -> Response:
         run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(EpochSerializer, request)
-        beat = services.run_heartbeat(run_id=run_id, epoch=data["epoch"])
+        beat = run_heartbeat(run_id=run_id, epoch=data["epoch"])
         expires = beat.expires_at.isoformat() if beat.expires_at else None
         return Response({"expires_at": expires, "status": beat.status, "epoch": beat.epoch})
 
@@ -428,7 +434,7 @@ class StepIntentApi(APIView):
             del data["kind"]
             result: Any = gateway_step_run(run_id=run_id, **data, actor=actor_of(request))
         else:
-            result = services.step_intent_record(run_id=run_id, **data, actor=actor_of(request))
+            result = step_intent_record(run_id=run_id, **data, actor=actor_of(request))
         body = step_json(result.step)
         if result.budget_refusal is not None:
             return _budget_refusal_response(result.budget_refusal, {"step": body})
@@ -468,7 +474,7 @@ class StepDetailApi(APIView):
                 400,
                 {"wait": [f"0..{MAX_WAIT_SECONDS}"]},
             )
-        step = services.step_wait_decided(run_id=run_id, index=index, wait_seconds=int(raw))
+        step = step_wait_decided(run_id=run_id, index=index, wait_seconds=int(raw))
         return Response(step_json(step))
 
 
@@ -493,10 +499,8 @@ class StepOutcomeApi(APIView):
     def post(self, request: Request, run_id: str, index: int) -> Response:
         run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
-        result = services.step_outcome_record(
-            run_id=run_id, index=index, **data, actor=actor_of(request)
-        )
-        body = {"step": step_json(result.step), "budget": services.budget_of(result.run)}
+        result = step_outcome_record(run_id=run_id, index=index, **data, actor=actor_of(request))
+        body = {"step": step_json(result.step), "budget": budget_of(result.run)}
         if result.budget_refusal is not None:
             return _budget_refusal_response(result.budget_refusal, body)
         return Response(body)
@@ -533,8 +537,8 @@ def run_finish_api(verb: str, payload: str, finish: Callable[..., Run]) -> type[
     return RunFinishApi
 
 
-RunCompleteApi = run_finish_api("complete", "output", services.run_complete)
-RunFailApi = run_finish_api("fail", "error", services.run_fail)
+RunCompleteApi = run_finish_api("complete", "output", run_complete)
+RunFailApi = run_finish_api("fail", "error", run_fail)
 
 
 class RunJournalApi(APIView):

@@ -75,7 +75,7 @@ class ResolutionAction(models.TextChoices):
 
 class ForkWrite(models.TextChoices):
     """What a fork does with a tool whose writes already happened in the original after the
-    fork point (runs.services.run_fork): hold each of its writes for a person's approval, or
+    fork point (runs.services.forks.run_fork): hold each of its writes for a person's approval, or
     run them again."""
 
     HOLD = "hold"

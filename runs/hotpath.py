@@ -34,7 +34,6 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import APIException
 
-from runs import services
 from runs.access import run_check_visible
 from runs.api_errors import ApplicationError, StrictJSONParser, error_body
 from runs.apis import MAX_EPOCH, MAX_STEP_INDEX, MAX_TOKENS_PER_CALL, intent_status
@@ -42,6 +41,9 @@ from runs.authentication import principal_for
 from runs.constants import Effect, EnforcedBy, StepKind
 from runs.observe import step_call
 from runs.representations import run_json, step_json
+from runs.services.budgets import budget_of
+from runs.services.leases import run_heartbeat, run_lease_acquire
+from runs.services.steps import step_intent_record, step_outcome_record
 from tools.gateway import gateway_step_run
 
 _KINDS = frozenset(StepKind.values)
@@ -186,7 +188,7 @@ def _intent_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
             return _refusal(gateway.budget_refusal, {"step": body})
         # 202 while an approval rule holds it, as the three-call form answers
         return HotAnswer(intent_status(gateway.step.state, created=gateway.created), _dumps(body))
-    result = services.step_intent_record(
+    result = step_intent_record(
         run_id=run_id,
         epoch=_int(data, "epoch", 0, MAX_EPOCH),
         index=_int(data, "index", 0, MAX_STEP_INDEX),
@@ -210,14 +212,14 @@ _OUTCOME_CALL_FIELDS = frozenset({"epoch", "status", "result", "usage"})
 def _outcome_call(run_id: UUID, index: int, data: Any, actor: str) -> HotAnswer:
     data = _only(data, _OUTCOME_CALL_FIELDS)
     outcome = _outcome(data)
-    result = services.step_outcome_record(
+    result = step_outcome_record(
         run_id=run_id,
         index=index,
         epoch=_int(data, "epoch", 0, MAX_EPOCH),
         **outcome,
         actor=actor,
     )
-    body = {"step": step_json(result.step), "budget": services.budget_of(result.run)}
+    body = {"step": step_json(result.step), "budget": budget_of(result.run)}
     if result.budget_refusal is not None:
         return _refusal(result.budget_refusal, body)
     return HotAnswer(200, _dumps(body))
@@ -225,7 +227,7 @@ def _outcome_call(run_id: UUID, index: int, data: Any, actor: str) -> HotAnswer:
 
 def _heartbeat_call(run_id: UUID, data: Any) -> HotAnswer:
     data = _only(data, frozenset({"epoch"}))
-    beat = services.run_heartbeat(run_id=run_id, epoch=_int(data, "epoch", 0, MAX_EPOCH))
+    beat = run_heartbeat(run_id=run_id, epoch=_int(data, "epoch", 0, MAX_EPOCH))
     expires = beat.expires_at.isoformat() if beat.expires_at else None
     return HotAnswer(
         200, _dumps({"expires_at": expires, "status": beat.status, "epoch": beat.epoch})
@@ -234,7 +236,7 @@ def _heartbeat_call(run_id: UUID, data: Any) -> HotAnswer:
 
 def _lease_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
     data = _only(data, frozenset({"worker", "ttl_seconds"}))
-    grant = services.run_lease_acquire(
+    grant = run_lease_acquire(
         run_id=run_id,
         worker=_text(data, "worker"),
         ttl_seconds=_int(data, "ttl_seconds", 5, 600, 30),

@@ -119,13 +119,13 @@ class Run(models.Model):
     # month's partition (runs/migrations/0001_initial.py); never changes
     journal_month = models.DateField(default=journal_month_now, editable=False)
     # retention never purges a run on legal hold (audit.retention), nor drops it with its month;
-    # an admin sets and lifts it (runs.services.run_legal_hold), each time with an event
+    # an admin sets and lifts it (runs.services.actions.run_legal_hold), each time with an event
     legal_hold = models.BooleanField(default=False, db_default=False)
     legal_hold_at = models.DateTimeField(null=True, blank=True)
     legal_hold_by = models.CharField(max_length=150, blank=True, default="", db_default="")
     legal_hold_note = models.TextField(blank=True, default="", db_default="")
 
-    # a fork's first `forked_from_index` steps are copies of this run's (runs.services.run_fork)
+    # a fork's first `forked_from_index` steps are copies of this run's (runs.services.forks.run_fork)
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="forks"
     )
@@ -461,7 +461,7 @@ class ApprovalRule(models.Model):
 
 class ForkFence(models.Model):
     """A tool whose writes a fork holds for a person's approval: the original already made them
-    after the fork point and the admin chose not to run them again (runs.services.run_fork).
+    after the fork point and the admin chose not to run them again (runs.services.forks.run_fork).
     Read by the journal kernel (runs/sql/ledger.sql) at a write intent of the fork."""
 
     pk = models.CompositePrimaryKey("run_id", "tool")

@@ -4,8 +4,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
 
+from runs.kernel import money
 from runs.models import Run
-from runs.services import budget_of, money
+from runs.services.budgets import budget_of
 
 
 class StepFields(Protocol):

@@ -6,7 +6,7 @@ from django.db import transaction
 
 from runs.constants import RunRunner
 from runs.models import Run
-from runs.services import run_create
+from runs.services.creation import run_create
 from support_agent.registry import is_registered
 
 

@@ -13,7 +13,7 @@ from celery import shared_task
 from django.conf import settings
 from intentledger import Ledger, LedgerUnavailable
 
-from runs.services import run_runner_claim_for_celery
+from runs.services.enforcement import run_runner_claim_for_celery
 from support_agent.registry import agent_runner
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from runs.constants import Effect, EnforcedBy, StepKind, StepState
 from runs.kernel import StepAnswer
 from runs.models import Step
 from runs.selectors import KeyStep
-from runs.services import step_intent_record
+from runs.services.steps import step_intent_record
 from tools.crash import crash_point
 from tools.idempotency import ToolError
 from tools.registry import ToolContext, tool_get, write_invoke

@@ -7,7 +7,7 @@ declare a lookup in `LEDGER_TOOL_LOOKUPS`, a mapping of tool name to either
 - an `http(s)://` URL template with `{key}`, answering JSON `{"state": "completed" | "absent"}`.
 
 A lookup that takes longer than LEDGER_TOOL_LOOKUP_TIMEOUT_SECONDS (2 s), errors, or answers anything else is "no answer": the item
-stays for a person. Two callers ask it: recovery (runs.services, for a write step that would
+stays for a person. Two callers ask it: recovery (runs.services.recovery, for a write step that would
 otherwise go to review or be sent again), which records the answer in the run's chain, and the
 review item page (review.services) for a step already in review, which records it in the step's
 resolution and the audit log. A definite answer settles the step either way.

@@ -21,7 +21,7 @@ from runs.canonical import arguments_hash
 from runs.constants import FINAL_STATUSES, Effect, StepState
 from runs.kernel import StepAnswer
 from runs.selectors import KeyStep, key_is_journal_shaped, step_for_key
-from runs.services import step_outcome_from_gateway
+from runs.services.steps import step_outcome_from_gateway
 from tools.crash import crash_point
 from tools.idempotency import (
     KeyCaller,

@@ -173,27 +173,6 @@ class Migration(migrations.Migration):
         ("runs", "0020_desk_token_name_unique"),
     ]
 
-    replaces = [
-        ("runs", "0002_event_append_only_and_default_policy"),
-        ("runs", "0003_journal_kernel"),
-        ("runs", "0004_event_purge_owner_only_and_insert_continues_chain"),
-        ("runs", "0005_cancel_and_fork"),
-        ("runs", "0006_console_indexes"),
-        ("runs", "0007_approvals"),
-        ("runs", "0008_search_indexes"),
-        ("runs", "0009_worker_token_agents_and_scopes"),
-        ("runs", "0010_run_runner"),
-        ("runs", "0011_run_status_notify"),
-        ("runs", "0012_journal_partitioned_by_run_month"),
-        ("runs", "0013_review_desk_indexes"),
-        ("runs", "0014_kernel_sql_factored"),
-        ("runs", "0015_approvals_keyed_by_run"),
-        ("runs", "0016_run_legal_hold_details"),
-        ("runs", "0017_trust_finished_runs"),
-        ("runs", "0018_newcomer_fork_fences"),
-        ("runs", "0020_desk_token_name_unique"),
-    ]
-
     dependencies = [
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -20,7 +20,7 @@ from audit.checkpoints import checkpoint_create
 from audit.exports import ExportFilters, export_jsonl
 from audit.models import ChainAlert
 from audit.verify import load_public_key, verify_export_file
-from runs.services import step_resolve
+from runs.services.decisions import step_resolve
 from tests.audit.conftest import PUBLIC_KEY
 from tests.review.factories import finish_run_as_worker, killed_support_run, user_in
 
@@ -116,7 +116,8 @@ def test_a_step_row_edited_in_the_database_is_named_by_every_check(
 def test_a_fork_and_a_cancelled_run_pass_all_four_checks_and_an_edited_copy_is_named(
     resolved_run: str, tmp_path: Path
 ) -> None:
-    from runs.services import run_cancel, run_fork
+    from runs.services.actions import run_cancel
+    from runs.services.forks import run_fork
 
     fork = run_fork(
         run_id=resolved_run,
@@ -152,7 +153,7 @@ def test_runs_that_used_approvals_pass_all_four_checks_and_an_edit_is_named(
     in the database is named."""
     from runs import clock
     from runs.models import ApprovalRequest
-    from runs.services import approvals_expire_due, step_approve, step_deny
+    from runs.services.approvals import approvals_expire_due, step_approve, step_deny
     from tests.review.factories import run_awaiting_approval
 
     approved = run_awaiting_approval(agent="a1", approvals=2)

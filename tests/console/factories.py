@@ -10,14 +10,11 @@ import pytest
 from runs import clock
 from runs.constants import RunStatus
 from runs.models import Run
-from runs.services import (
-    run_complete,
-    run_create,
-    run_lease_acquire,
-    run_lease_expire,
-    step_intent_record,
-    step_outcome_record,
-)
+from runs.services.creation import run_create
+from runs.services.enforcement import run_lease_expire
+from runs.services.finish import run_complete
+from runs.services.leases import run_lease_acquire
+from runs.services.steps import step_intent_record, step_outcome_record
 
 WORKER = "worker:w-1"
 

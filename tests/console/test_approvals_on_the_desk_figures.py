@@ -73,7 +73,7 @@ def test_an_approval_of_a_cancelled_run_is_not_escalated(
 ) -> None:
     """Nobody can decide it any more (approving is refused: the run is finished), so nobody is
     mailed about it."""
-    from runs.services import run_cancel
+    from runs.services.actions import run_cancel
 
     settings.REVIEW_SLA_SECONDS = 15 * 60
     user_in(SUPERVISORS, "alice", email="alice@example.com")

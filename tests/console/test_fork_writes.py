@@ -13,7 +13,9 @@ from review.audit import AuditEntry
 from review.roles import ADMINS
 from runs.constants import EventType
 from runs.models import Event, ForkFence, Run, Step
-from runs.services import run_complete, run_create, run_lease_acquire
+from runs.services.creation import run_create
+from runs.services.finish import run_complete
+from runs.services.leases import run_lease_acquire
 from tools.gateway import gateway_step_run
 from tools.models import Ticket, TicketComment
 

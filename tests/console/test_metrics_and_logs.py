@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from console.logs import JsonFormatter
 from runs.constants import RunStatus, StepState
 from runs.models import BudgetPolicy, Event, Run, Step
-from runs.services import run_cancel
+from runs.services.actions import run_cancel
 from runs.tokens import worker_token_create
 from tests.console.factories import evicted_at_step_12, journalled_run
 from tests.review.factories import killed_support_run

@@ -11,7 +11,7 @@ from bench.testdata import runs_bulk_create
 from review.roles import ADMINS, AUDITORS, SUPERVISORS
 from review.selectors import waiting_count
 from runs.models import Run
-from runs.services import step_intent_record, step_outcome_record
+from runs.services.steps import step_intent_record, step_outcome_record
 from tests.console.factories import evicted_at_step_12, journalled_run
 from tests.database import shared_rows
 from tests.review.factories import killed_support_run

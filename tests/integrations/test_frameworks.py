@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runs.services import step_resolve
+from runs.services.decisions import step_resolve
 from tests.integrations._agent_kit import NEEDS_REVIEW_EXIT
 from tests.integrations.conftest import SIGKILLED, AgentResult, AgentRun, Desk
 from tools.models import Ticket

@@ -23,9 +23,9 @@ from intentledger import ApprovalDenied, Ledger
 from rest_framework.test import APIClient
 
 from review.roles import SUPERVISORS
-from runs import services
 from runs.models import ApprovalRule, Step
 from runs.models import Run as RunRow
+from runs.services.approvals import step_approve
 from tests.processes import SmtpSink
 from tests.review.factories import user_in
 from tools.models import OutboundEmail
@@ -170,7 +170,7 @@ def test_a_worker_killed_while_waiting_is_replaced_by_one_that_waits_then_sends_
     # the pod's replacement, under the same name, waits again; the approval comes meanwhile
     supervisor = when_waiting(
         [run_id],
-        lambda run_id: services.step_approve(run_id=run_id, index=0, by="sam"),
+        lambda run_id: step_approve(run_id=run_id, index=0, by="sam"),
         epoch_above=first_epoch,
     )
     with ledger.attach(run_id, worker="pod-1") as again:

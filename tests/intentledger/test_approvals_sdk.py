@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from intentledger import ApprovalDenied, ApprovalPending, Ledger
 
-from runs import services
 from runs.models import ApprovalRule, Step
 from runs.models import Run as RunRow
+from runs.services.approvals import step_approve, step_deny
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def test_the_tool_waits_for_the_approval_then_runs_once(ledger: Ledger) -> None:
     sent: list[dict[str, Any]] = []
     run_ids: list[str] = []
     supervisor = decide_when_waiting(
-        run_ids, lambda run_id: services.step_approve(run_id=run_id, index=0, by="sam")
+        run_ids, lambda run_id: step_approve(run_id=run_id, index=0, by="sam")
     )
     with ledger.run("sdk-approve", {}, worker="w-a", on_step=lambda r, s: None) as run:
         run_ids.append(run.id)
@@ -80,7 +80,7 @@ def test_a_denial_is_approval_denied_and_the_agent_goes_on(ledger: Ledger) -> No
     run_ids: list[str] = []
     supervisor = decide_when_waiting(
         run_ids,
-        lambda run_id: services.step_deny(run_id=run_id, index=0, by="sam", note="wrong address"),
+        lambda run_id: step_deny(run_id=run_id, index=0, by="sam", note="wrong address"),
     )
     with ledger.run("sdk-deny", {}, worker="w-d") as run:
         run_ids.append(run.id)
@@ -102,7 +102,7 @@ def test_without_waiting_the_run_stops_and_a_later_worker_runs_the_approved_step
     run = ledger.run("sdk-nowait", {}, worker="w-n", wait_for_approval=False)
     with pytest.raises(ApprovalPending), run:
         run.tool("email.send", EMAIL, enforced_by="nobody", fn=mailer(sent))
-    services.step_approve(run_id=run.id, index=0, by="sam")
+    step_approve(run_id=run.id, index=0, by="sam")
     with ledger.attach(run.id, worker="w-n") as again:  # the same worker name: recovery
         again.tool("email.send", EMAIL, enforced_by="nobody", fn=mailer(sent))
         again.output = {"ok": True}

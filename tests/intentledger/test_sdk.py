@@ -25,7 +25,7 @@ from intentledger import (
 
 from runs.models import Event, Step
 from runs.models import Run as RunRow
-from runs.services import run_complete
+from runs.services.finish import run_complete
 from tests.support_agent.ports import port_in_range
 
 pytestmark = pytest.mark.slow

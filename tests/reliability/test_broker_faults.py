@@ -3,7 +3,7 @@ tasks; every run still completes, each effect exactly once.
 
 Twice: with a durable broker (AOF) and with one that comes back empty (its queue lost). The
 second found that runs whose task was lost before any lease stayed `pending` forever (the reaper
-only sees expired leases); runs.services.runs_redispatch_idle (beat) now offers them again.
+only sees expired leases); runs.services.enforcement.runs_redispatch_idle (beat) now offers them again.
 
 The broker is a private redis-server this test starts on a port of its own range (8700-8799)
 with an append-only file, so restarting it disturbs nobody else's queue. It is killed twice
@@ -28,7 +28,7 @@ import redis
 
 from runs.chain import run_chain_breaks
 from runs.models import Event, Run
-from runs.services import runs_reap_expired_leases, runs_redispatch_idle
+from runs.services.enforcement import runs_reap_expired_leases, runs_redispatch_idle
 from tests.connection_budget import holds_connections
 from tests.processes import start_celery_worker, stop_celery_worker
 from tests.reliability.conftest import Stack, port_in_range, stop

@@ -29,7 +29,7 @@ from typing import Any
 
 from runs.chain import run_chain_breaks
 from runs.models import Event, Run, Step
-from runs.services import runs_reap_expired_leases
+from runs.services.enforcement import runs_reap_expired_leases
 from tests.reliability.conftest import ROOT, Scale, Stack
 
 FINISHED_EXIT_CODES = {0: "completed", 3: "needs_review", 4: "budget_exceeded", 6: "run_finished"}

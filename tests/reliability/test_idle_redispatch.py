@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 
 from runs import clock
 from runs.models import Run
-from runs.services import runs_redispatch_idle
+from runs.services.enforcement import runs_redispatch_idle
 from runs.signals import run_resumable
 from tests.runs.journal_client import JournalClient
 

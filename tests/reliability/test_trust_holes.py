@@ -20,7 +20,7 @@ from runs.canonical import arguments_hash, idempotency_key
 from runs.constants import RunStatus, StatusReason, StepState
 from runs.hotpath import HotPathWSGI
 from runs.models import Event, Run, Step
-from runs.services import run_cancel
+from runs.services.actions import run_cancel
 from runs.tokens import worker_token_create
 from tools.models import IdempotencyKey, OutboundEmail, Ticket
 

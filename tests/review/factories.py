@@ -11,13 +11,10 @@ from review.roles import GROUP_PERMISSIONS, groups_ensure_now
 from runs import clock
 from runs.constants import RunStatus, StepState
 from runs.models import Run, Step
-from runs.services import (
-    run_create,
-    run_lease_acquire,
-    run_lease_expire,
-    step_intent_record,
-    step_outcome_record,
-)
+from runs.services.creation import run_create
+from runs.services.enforcement import run_lease_expire
+from runs.services.leases import run_lease_acquire
+from runs.services.steps import step_intent_record, step_outcome_record
 
 PASSWORD = "correct-horse-battery-9"
 
@@ -144,7 +141,7 @@ def killed_support_run(
 
 def finish_run_as_worker(run_id: Any, *, worker: str = "w-9") -> Run:
     """What a worker does after a resolution: lease, do the remaining step, complete."""
-    from runs.services import run_complete
+    from runs.services.finish import run_complete
 
     grant = run_lease_acquire(
         run_id=run_id, worker=worker, ttl_seconds=30, actor=f"worker:{worker}"

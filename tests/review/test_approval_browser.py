@@ -15,7 +15,7 @@ from review.roles import ADMINS, SUPERVISORS
 from runs import clock
 from runs.constants import StepState
 from runs.models import ApprovalRequest, ApprovalRule, Event
-from runs.services import run_lease_expire
+from runs.services.enforcement import run_lease_expire
 from runs.tokens import worker_token_create
 from tests.review.browser import shot, signed_in
 from tests.review.factories import WaitingStep, run_awaiting_approval, user_in

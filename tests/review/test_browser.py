@@ -12,7 +12,7 @@ from review.audit import AuditEntry
 from review.roles import ADMINS, AUDITORS, SUPERVISORS
 from runs.constants import RunStatus, StepState
 from runs.models import Step
-from runs.services import run_create
+from runs.services.creation import run_create
 from runs.tokens import worker_token_create
 from tests.review.browser import Worker, page_pool, shot, signed_in
 from tests.review.factories import UnknownStep, killed_support_run, user_in

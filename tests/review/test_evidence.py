@@ -7,12 +7,10 @@ import pytest
 from django.test import Client
 
 from review.roles import SUPERVISORS
-from runs.services import (
-    run_create,
-    run_lease_acquire,
-    step_intent_record,
-    step_resolve,
-)
+from runs.services.creation import run_create
+from runs.services.decisions import step_resolve
+from runs.services.leases import run_lease_acquire
+from runs.services.steps import step_intent_record
 from tests.review.factories import _lost_lease, killed_support_run, run_awaiting_approval, user_in
 
 pytestmark = pytest.mark.django_db

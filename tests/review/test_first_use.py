@@ -11,12 +11,10 @@ from review.audit import AuditEntry
 from review.roles import ADMINS, AUDITORS, SUPERVISORS
 from runs.constants import RunStatus
 from runs.models import BudgetPolicy, Run, WorkerToken
-from runs.services import (
-    run_complete,
-    run_create,
-    run_lease_acquire,
-    step_intent_record,
-)
+from runs.services.creation import run_create
+from runs.services.finish import run_complete
+from runs.services.leases import run_lease_acquire
+from runs.services.steps import step_intent_record
 from runs.tokens import worker_token_create
 from tests.review.factories import PASSWORD, killed_support_run, user_in
 

@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 
 from review.roles import SUPERVISORS
-from runs.services import run_create, run_lease_acquire, step_intent_record
+from runs.services.creation import run_create
+from runs.services.leases import run_lease_acquire
+from runs.services.steps import step_intent_record
 from tests.review.factories import killed_support_run
 from tools.models import Ticket
 

@@ -11,7 +11,7 @@ from review.audit import AuditEntry
 from review.roles import ADMINS
 from runs.api_errors import ApplicationError
 from runs.models import BudgetPolicy
-from runs.services import run_create
+from runs.services.creation import run_create
 from tests.review.factories import user_in
 
 pytestmark = pytest.mark.django_db

@@ -13,13 +13,10 @@ from review.audit import audit_record
 from review.roles import ADMINS
 from runs import clock
 from runs.models import BudgetPolicy, Run
-from runs.services import (
-    run_create,
-    run_lease_acquire,
-    run_lease_expire,
-    step_intent_record,
-    step_outcome_record,
-)
+from runs.services.creation import run_create
+from runs.services.enforcement import run_lease_expire
+from runs.services.leases import run_lease_acquire
+from runs.services.steps import step_intent_record, step_outcome_record
 from runs.tokens import worker_token_create
 from tests.review.factories import user_in
 

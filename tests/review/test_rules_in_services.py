@@ -6,10 +6,11 @@ from typing import Any
 import pytest
 
 from review import services as review_services
-from runs import clock, services
+from runs import clock
 from runs.api_errors import ApplicationError
 from runs.constants import StepState
 from runs.models import BudgetPolicy, Step
+from runs.services.decisions import step_resolve
 from tests.review.factories import UnknownStep, user_in
 
 
@@ -30,7 +31,7 @@ def _policy(**overrides: Any) -> dict[str, Any]:
 @pytest.mark.django_db
 def test_an_observed_result_goes_only_with_sent_whoever_asks(unknown_step: UnknownStep):
     with pytest.raises(ApplicationError) as refused:
-        services.step_resolve(
+        step_resolve(
             run_id=unknown_step.run_id,
             index=unknown_step.index,
             action="retry",

@@ -12,7 +12,9 @@ from review.roles import SUPERVISORS
 from runs.api_errors import ApplicationError
 from runs.constants import RunStatus
 from runs.models import BudgetPolicy, Run
-from runs.services import run_create, run_lease_acquire, step_intent_record
+from runs.services.creation import run_create
+from runs.services.leases import run_lease_acquire
+from runs.services.steps import step_intent_record
 from tests.console.factories import stepping_clock
 
 pytestmark = pytest.mark.django_db

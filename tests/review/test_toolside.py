@@ -7,7 +7,9 @@ from django.test import Client
 import tools.selectors
 from review import toolside
 from review.roles import AUDITORS
-from runs.services import run_create, run_lease_acquire, step_intent_record
+from runs.services.creation import run_create
+from runs.services.leases import run_lease_acquire
+from runs.services.steps import step_intent_record
 from tests.review.factories import user_in
 
 

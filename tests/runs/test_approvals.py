@@ -15,11 +15,12 @@ import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from runs import services
 from runs.api_errors import ApplicationError
 from runs.binding import StepReplay
 from runs.constants import ApprovalOutcome, StepState
 from runs.models import ApprovalRequest, ApprovalRule, Event, Step
+from runs.services.approvals import approvals_expire_due, step_approve, step_deny
+from runs.services.enforcement import runs_reap_expired_leases
 from tests.runs.journal_client import JournalClient
 
 EMAIL = {"to": "ana@example.com", "subject": "Your refund", "body": "Done."}
@@ -88,7 +89,7 @@ def test_one_approval_hands_the_step_to_the_waiting_worker_once(
     waiting: tuple[JournalClient, str, int],
 ) -> None:
     journal, run_id, epoch = waiting
-    services.step_approve(run_id=run_id, index=1, by="sam", note="customer asked for it")
+    step_approve(run_id=run_id, index=1, by="sam", note="customer asked for it")
     detail = journal.api.get(f"/api/v1/runs/{run_id}/steps/1/?wait=5")
     assert detail.status_code == 200 and detail.json()["state"] == "intent"
 
@@ -98,7 +99,7 @@ def test_one_approval_hands_the_step_to_the_waiting_worker_once(
     step = Step.objects.get(run_id=run_id, index=1)
     assert (step.state, step.executions) == (StepState.DONE, 1)
     with pytest.raises(ApplicationError) as refused:
-        services.step_approve(run_id=run_id, index=1, by="kim")
+        step_approve(run_id=run_id, index=1, by="kim")
     assert refused.value.code == "approval_decided"
     assert "sam" in refused.value.message
     verify(run_id)
@@ -109,12 +110,12 @@ def test_two_approvals_need_two_different_people(
 ) -> None:
     _, run_id, _ = waiting
     ApprovalRequest.objects.filter(step__run_id=run_id).update(approvals_required=2)
-    services.step_approve(run_id=run_id, index=1, by="sam")
+    step_approve(run_id=run_id, index=1, by="sam")
     with pytest.raises(ApplicationError) as twice:
-        services.step_approve(run_id=run_id, index=1, by="sam")
+        step_approve(run_id=run_id, index=1, by="sam")
     assert twice.value.code == "already_approved"
     assert Step.objects.get(run_id=run_id, index=1).state == StepState.AWAITING_APPROVAL
-    services.step_approve(run_id=run_id, index=1, by="kim")
+    step_approve(run_id=run_id, index=1, by="kim")
     assert Step.objects.get(run_id=run_id, index=1).state == StepState.INTENT
     approved = Event.objects.get(run_id=run_id, type="step_approved")
     assert approved.payload["by"] == ["sam", "kim"]
@@ -126,8 +127,8 @@ def test_a_denied_step_is_approval_denied_for_the_worker_forever(
 ) -> None:
     journal, run_id, epoch = waiting
     with pytest.raises(ApplicationError):
-        services.step_deny(run_id=run_id, index=1, by="sam", note="  ")
-    services.step_deny(run_id=run_id, index=1, by="sam", note="wrong customer")
+        step_deny(run_id=run_id, index=1, by="sam", note="  ")
+    step_deny(run_id=run_id, index=1, by="sam", note="wrong customer")
     for _ in range(2):
         refused = email_intent(journal, run_id, epoch)
         assert refused.status_code == 409
@@ -138,7 +139,7 @@ def test_a_denied_step_is_approval_denied_for_the_worker_forever(
     assert step["state"] == "denied"
     assert step["resolution"]["action"] == "deny"
     with pytest.raises(ApplicationError) as late:
-        services.step_approve(run_id=run_id, index=1, by="kim")
+        step_approve(run_id=run_id, index=1, by="kim")
     assert late.value.code == "approval_decided" and "sam" in late.value.message
     # the agent goes on with its next step
     assert journal.intent(run_id, epoch, 2).status_code == 201
@@ -152,10 +153,10 @@ def test_nobody_deciding_in_time_expires_the_step(
     ApprovalRequest.objects.filter(step__run_id=run_id).update(
         expires_at=fake_clock.now + timedelta(minutes=5)
     )
-    assert services.approvals_expire_due() == 0
+    assert approvals_expire_due() == 0
     fake_clock.advance(seconds=301)
     with pytest.raises(ApplicationError) as refused:
-        services.step_approve(run_id=run_id, index=1, by="sam")
+        step_approve(run_id=run_id, index=1, by="sam")
     assert refused.value.code == "approval_decided" and "expired" in refused.value.message
     step = Step.objects.get(run_id=run_id, index=1)
     assert (step.state, step.resolution_action) == (StepState.DENIED, "expire")
@@ -168,7 +169,7 @@ def test_the_beat_expires_what_nobody_looked_at(
 ) -> None:
     _, run_id, _ = waiting
     ApprovalRequest.objects.filter(step__run_id=run_id).update(expires_at=fake_clock.now)
-    assert services.approvals_expire_due() == 1
+    assert approvals_expire_due() == 1
     assert Step.objects.get(run_id=run_id, index=1).state == StepState.DENIED
     verify(run_id)
 
@@ -181,7 +182,7 @@ def test_approval_of_a_finished_run_is_refused(
     done = journal.api.post(f"/api/v1/runs/{run_id}/complete", {"epoch": epoch, "output": {}})
     assert done.status_code == 200
     with pytest.raises(ApplicationError) as refused:
-        services.step_approve(run_id=run_id, index=1, by="sam")
+        step_approve(run_id=run_id, index=1, by="sam")
     assert refused.value.code == "run_finished"
 
 
@@ -193,8 +194,8 @@ def test_a_worker_killed_while_waiting_resumes_and_runs_the_approved_step_once(
     it and runs it: one execution."""
     journal, run_id, _ = waiting
     fake_clock.advance(seconds=31)
-    assert services.runs_reap_expired_leases() == 1
-    services.step_approve(run_id=run_id, index=1, by="sam")
+    assert runs_reap_expired_leases() == 1
+    step_approve(run_id=run_id, index=1, by="sam")
 
     lease = journal.lease(run_id, worker="w-2")
     assert lease.status_code == 200, lease.content
@@ -213,7 +214,7 @@ def test_a_worker_killed_after_taking_the_approved_step_goes_to_review(
 ) -> None:
     """Once a worker took the approved step, the tool may have run: the usual rules apply."""
     journal, run_id, epoch = waiting
-    services.step_approve(run_id=run_id, index=1, by="sam")
+    step_approve(run_id=run_id, index=1, by="sam")
     assert email_intent(journal, run_id, epoch).status_code == 200
     fake_clock.advance(seconds=31)
     assert journal.lease(run_id, worker="w-2").json()["error"]["code"] == "needs_review"
@@ -266,6 +267,6 @@ def test_the_drf_view_answers_202_too_when_the_lean_path_declines(
     answer = api.post(f"/api/v1/runs/{run_id}/steps/", body)
     assert answer.status_code == 202, answer.content
     assert answer.json()["state"] == "awaiting_approval"
-    services.step_deny(run_id=run_id, index=0, by="sam", note="no")
+    step_deny(run_id=run_id, index=0, by="sam", note="no")
     refused = api.post(f"/api/v1/runs/{run_id}/steps/", body)
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "approval_denied"

@@ -1,5 +1,5 @@
 """The budget rule is written twice, in PL/pgSQL (ledger_exceeded_limit: the hot calls) and in
-runs.services._exceeded_limit (recovery, limit raises); this table proves they say the same."""
+runs.services.budgets._exceeded_limit (recovery, limit raises); this table proves they say the same."""
 
 import json
 from datetime import timedelta
@@ -11,7 +11,8 @@ from django.db import connection
 
 from runs import clock
 from runs.models import Run
-from runs.services import _exceeded_limit, run_create
+from runs.services.budgets import _exceeded_limit
+from runs.services.creation import run_create
 
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("room left", {}),

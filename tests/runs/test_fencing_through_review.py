@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from runs import services
 from runs.models import Event, Run, Step
+from runs.services.decisions import run_review_decide, step_resolve
 from tests.runs.journal_client import JournalClient
 
 
@@ -88,9 +88,7 @@ def test_after_the_supervisor_decides_the_stalled_worker_is_still_fenced_off(
     journal, run_id, old = stalled_worker_and_review(api, fake_clock)
     epoch_in_review = Run.objects.get(pk=run_id).epoch
 
-    services.step_resolve(
-        run_id=run_id, index=1, action=action, note="checked the mailbox", by="sam"
-    )
+    step_resolve(run_id=run_id, index=1, action=action, note="checked the mailbox", by="sam")
     resumed = Run.objects.get(pk=run_id)
     assert resumed.status == "running"
     assert resumed.epoch > epoch_in_review
@@ -107,7 +105,7 @@ def test_after_the_decision_the_next_lease_carries_on_with_a_newer_epoch(
     api: APIClient, fake_clock: Any
 ) -> None:
     journal, run_id, old = stalled_worker_and_review(api, fake_clock)
-    services.step_resolve(run_id=run_id, index=1, action="retry", note="not in outbox", by="sam")
+    step_resolve(run_id=run_id, index=1, action="retry", note="not in outbox", by="sam")
     resumed_epoch = Run.objects.get(pk=run_id).epoch
 
     lease = journal.lease(run_id, worker="w-2")
@@ -133,7 +131,7 @@ def test_resuming_a_crash_looped_run_fences_the_worker_that_looped(
     in_review = Run.objects.get(pk=run_id).epoch
     assert in_review > old
 
-    services.run_review_decide(run_id=run_id, action="resume", note="fixed the pod", by="ada")
+    run_review_decide(run_id=run_id, action="resume", note="fixed the pod", by="ada")
 
     assert Run.objects.get(pk=run_id).epoch > in_review
     assert_all_stale(stale_attempts(journal, run_id, in_review))

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from runs import services
 from runs.models import Event, Run
+from runs.services.finish import run_complete
 from runs.tokens import worker_token_create
 
 pytestmark = pytest.mark.django_db(transaction=True)  # waiters hear committed changes only
@@ -112,7 +112,7 @@ def test_wait_answers_when_the_run_finishes_not_when_the_wait_runs_out(api: APIC
 
     def finish() -> None:
         time.sleep(1.0)
-        services.run_complete(run_id=run_id, epoch=epoch, output={"ok": True}, actor="w")
+        run_complete(run_id=run_id, epoch=epoch, output={"ok": True}, actor="w")
         finished_at.append(time.monotonic())
 
     worker = threading.Thread(target=finish)

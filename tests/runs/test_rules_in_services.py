@@ -3,9 +3,9 @@
 import pytest
 from rest_framework.test import APIClient
 
-from runs import services
 from runs.api_errors import ApplicationError
 from runs.models import Step
+from runs.services.steps import step_intent_record
 from tests.runs.journal_client import JournalClient
 
 
@@ -19,7 +19,7 @@ def test_a_read_step_that_names_an_enforcer_is_refused_by_the_service_as_by_the_
     epoch = journal.lease(run_id).json()["epoch"]
 
     with pytest.raises(ApplicationError) as refused:
-        services.step_intent_record(
+        step_intent_record(
             run_id=run_id,
             epoch=epoch,
             index=0,

@@ -10,14 +10,11 @@ from runs.api_errors import ApplicationError
 from runs.chain import run_chain_breaks
 from runs.constants import EventType, RunStatus, StepState
 from runs.models import Event, Run, Step
-from runs.services import (
-    run_cancel,
-    run_complete,
-    run_fork,
-    run_lease_acquire,
-    step_intent_record,
-    step_outcome_record,
-)
+from runs.services.actions import run_cancel
+from runs.services.finish import run_complete
+from runs.services.forks import run_fork
+from runs.services.leases import run_lease_acquire
+from runs.services.steps import step_intent_record, step_outcome_record
 from tests.console.factories import journalled_run, write_step
 from tests.review.factories import killed_support_run
 

@@ -7,8 +7,14 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from runs import services
 from runs.models import Event, Run
+from runs.services.creation import run_create
+from runs.services.enforcement import (
+    run_runner_claim_for_celery,
+    runs_reap_expired_leases,
+    runs_redispatch_idle,
+)
+from runs.services.leases import run_lease_acquire
 from runs.signals import run_resumable
 from support_agent.services import agent_run_start
 from tests.conftest import FakeClock
@@ -54,22 +60,22 @@ def test_a_run_made_through_the_api_is_external_and_one_started_for_celery_is_ce
 def test_the_reaper_offers_only_celery_runs_to_celery(
     runner: str, offers: int, offered: list[Any], fake_clock: FakeClock, no_celery: None
 ) -> None:
-    run, _ = services.run_create(agent="support", input={}, actor="test", runner=runner)
-    services.run_lease_acquire(run_id=run.pk, worker="pod-7", ttl_seconds=5, actor="test")
+    run, _ = run_create(agent="support", input={}, actor="test", runner=runner)
+    run_lease_acquire(run_id=run.pk, worker="pod-7", ttl_seconds=5, actor="test")
     fake_clock.advance(seconds=6)
-    assert services.runs_reap_expired_leases() == 1
+    assert runs_reap_expired_leases() == 1
     assert Run.objects.get(pk=run.pk).status == "interrupted"
     assert len([o for o in offered if o[0] == str(run.pk)]) == offers
-    assert services.runs_redispatch_idle(idle_seconds=0) == offers
+    assert runs_redispatch_idle(idle_seconds=0) == offers
 
 
 def test_the_celery_task_claims_a_pending_run_but_never_takes_over_an_external_one(
     no_celery: None,
 ) -> None:
-    pending, _ = services.run_create(agent="support", input={}, actor="test")
-    assert services.run_runner_claim_for_celery(run_id=pending.pk) is True
+    pending, _ = run_create(agent="support", input={}, actor="test")
+    assert run_runner_claim_for_celery(run_id=pending.pk) is True
     assert Run.objects.get(pk=pending.pk).runner == "celery"
-    under_way, _ = services.run_create(agent="support", input={}, actor="test")
-    services.run_lease_acquire(run_id=under_way.pk, worker="pod-7", ttl_seconds=30, actor="test")
-    assert services.run_runner_claim_for_celery(run_id=under_way.pk) is False
+    under_way, _ = run_create(agent="support", input={}, actor="test")
+    run_lease_acquire(run_id=under_way.pk, worker="pod-7", ttl_seconds=30, actor="test")
+    assert run_runner_claim_for_celery(run_id=under_way.pk) is False
     assert Run.objects.get(pk=under_way.pk).runner == "external"

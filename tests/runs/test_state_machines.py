@@ -5,9 +5,10 @@ from typing import Any
 
 import pytest
 
-from runs import kernel, services
+from runs import kernel
 from runs.constants import RUN_TRANSITIONS, STEP_TRANSITIONS, RunStatus, StepState
 from runs.models import Run, Step
+from runs.services.creation import run_create
 
 
 @pytest.mark.parametrize(("source", "target"), list(itertools.product(RunStatus.values, repeat=2)))
@@ -43,6 +44,6 @@ def test_every_state_has_a_row_in_its_table() -> None:
 def test_the_database_refuses_a_state_outside_the_enum(db: Any) -> None:
     from django.db import IntegrityError
 
-    run, _ = services.run_create(agent="a", input={}, actor="t")
+    run, _ = run_create(agent="a", input={}, actor="t")
     with pytest.raises(IntegrityError):
         Run.objects.filter(pk=run.pk).update(status="teleported")

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runs import services
+from runs.services.finish import run_complete
 from tests.conftest import ROOT, free_port, stop_process, test_database_url, wait_for_http
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -71,7 +71,7 @@ def test_a_hundred_waiters_on_one_asgi_process_hear_the_run_finish_before_their_
             other_took = time.monotonic() - t0
             assert other.status_code == 200
             await asyncio.to_thread(
-                services.run_complete, run_id=run["id"], epoch=epoch, output={}, actor="w"
+                run_complete, run_id=run["id"], epoch=epoch, output={}, actor="w"
             )
             finished = time.monotonic()
             await asyncio.gather(*tasks)

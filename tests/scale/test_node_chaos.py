@@ -29,7 +29,7 @@ from django.db.models import QuerySet
 from runs.chain import run_chain_breaks
 from runs.constants import StepState
 from runs.models import Event, Run, Step
-from runs.services import runs_reap_expired_leases, runs_redispatch_idle
+from runs.services.enforcement import runs_reap_expired_leases, runs_redispatch_idle
 from runs.vocabulary import EventType
 from support_agent.services import agent_run_start
 from support_agent.support import ticket_input

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from runs.models import BudgetPolicy
-from runs.services import runs_reap_expired_leases
+from runs.services.enforcement import runs_reap_expired_leases
 from runs.tokens import worker_token_create
 from tests.processes import (
     ROOT,

@@ -14,7 +14,7 @@ import pytest
 
 from config.celery import app as celery_app
 from runs.models import Event, Run
-from runs.services import runs_redispatch_idle
+from runs.services.enforcement import runs_redispatch_idle
 from tests.conftest import ROOT, chain_problems
 from tests.support_agent.conftest import AgentDesk, effects_for
 from tests.support_agent.fixtures import reaped_once_the_lease_lapses

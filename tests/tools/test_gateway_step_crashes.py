@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from runs import services
 from runs.models import Run, Step
+from runs.services.decisions import step_resolve
 from tests.conftest import chain_problems
 from tests.processes import start_gunicorn, stop_process
 from tests.tools.conftest import SmtpRecorder, server_env_for
@@ -163,7 +163,7 @@ def takeover_finds_what_the_rules_say(
         sent_before = 1 if point == "before_outcome_commit" else 0
         assert effects(smtp_server, to) == (0, sent_before)  # the row rolled back with the key
         action = "sent" if sent_before else "retry"
-        services.step_resolve(
+        step_resolve(
             run_id=run_id, index=0, action=action, note=f"checked the mail log: {action}", by="sup"
         )
         lease = second.lease(run_id, "pod-2")

@@ -18,8 +18,11 @@ import httpx
 import pytest
 from django.test import override_settings
 
-from runs import services
 from runs.models import Event
+from runs.services.creation import run_create
+from runs.services.enforcement import runs_reap_expired_leases
+from runs.services.leases import run_lease_acquire
+from runs.services.steps import step_intent_record
 from tests.conftest import FakeClock, chain_problems
 from tests.tools.conftest import SmtpRecorder
 from tools.models import IdempotencyKey, KeyStatus, OutboundEmail
@@ -37,9 +40,9 @@ EMAIL = {
 
 def _journalled_intent(name: str, arguments: dict[str, Any]) -> tuple[Any, Any]:
     """A run under lease with step 0's write intent journalled: the key a worker sends."""
-    run, _ = services.run_create(agent="support", input={}, actor="test")
-    grant = services.run_lease_acquire(run_id=run.pk, worker="w-1", ttl_seconds=30, actor="test")
-    step = services.step_intent_record(
+    run, _ = run_create(agent="support", input={}, actor="test")
+    grant = run_lease_acquire(run_id=run.pk, worker="w-1", ttl_seconds=30, actor="test")
+    step = step_intent_record(
         run_id=run.pk,
         epoch=grant.epoch,
         index=0,
@@ -152,7 +155,7 @@ def test_a_server_killed_mid_tool_leaves_the_key_in_progress_and_recovery_marks_
         fake_clock.advance(seconds=45)  # the lease (30 s) expired; the lock (60 s) is not stale
         assert idempotency_state_for_recovery(step.idempotency_key).stale is False
         fake_clock.advance(seconds=30)  # now it is: the tool may or may not have acted
-        assert services.runs_reap_expired_leases() == 1
+        assert runs_reap_expired_leases() == 1
 
     step.refresh_from_db()
     run.refresh_from_db()

@@ -14,9 +14,13 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from runs import services
 from runs.canonical import arguments_hash
 from runs.models import Event, Run, Step
+from runs.services.creation import run_create
+from runs.services.decisions import step_resolve
+from runs.services.enforcement import runs_reap_expired_leases
+from runs.services.leases import run_lease_acquire
+from runs.services.steps import step_intent_record
 from tests.conftest import FakeClock, chain_problems
 from tools.idempotency import idempotency_reserve
 from tools.models import OutboundEmail
@@ -29,9 +33,9 @@ EMAIL = {"to": "sam@example.com", "subject": "Your ticket", "body": "We fixed it
 
 
 def _write_intent(arguments: dict[str, Any], name: str = "email.send") -> tuple[Run, Step]:
-    run, _ = services.run_create(agent="support", input={}, actor="test")
-    grant = services.run_lease_acquire(run_id=run.pk, worker="w-1", ttl_seconds=30, actor="test")
-    result = services.step_intent_record(
+    run, _ = run_create(agent="support", input={}, actor="test")
+    grant = run_lease_acquire(run_id=run.pk, worker="w-1", ttl_seconds=30, actor="test")
+    result = step_intent_record(
         run_id=run.pk,
         epoch=grant.epoch,
         index=0,
@@ -51,12 +55,12 @@ def _without_gateway_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _by_reaper(run: Run) -> None:
-    assert services.runs_reap_expired_leases() == 1
+    assert runs_reap_expired_leases() == 1
 
 
 def _by_new_lease(run: Run) -> None:
     try:
-        services.run_lease_acquire(run_id=run.pk, worker="w-2", ttl_seconds=30, actor="test")
+        run_lease_acquire(run_id=run.pk, worker="w-2", ttl_seconds=30, actor="test")
     except Exception as exc:  # needs_review is a refusal; the recovery already happened
         assert getattr(exc, "code", None) == "needs_review"
 
@@ -180,18 +184,14 @@ def test_a_supervisor_retry_lets_the_same_key_execute_again(fake_clock: FakeCloc
         assert getattr(refused.value, "code", None) == "intent_not_journalled"
 
         fake_clock.advance(seconds=1)
-        services.step_resolve(
-            run_id=run.pk, index=0, action="retry", note="bounced, resend", by="sup"
-        )
+        step_resolve(run_id=run.pk, index=0, action="retry", note="bounced, resend", by="sup")
         fake_clock.advance(seconds=1)
         # the step is interrupted now: the key runs only under its journalled intent again
         with pytest.raises(Exception) as not_yet:
             tool_invoke(name="email.send", arguments=EMAIL, idempotency_key=step.idempotency_key)
         assert getattr(not_yet.value, "code", None) == "intent_not_journalled"
-        grant = services.run_lease_acquire(
-            run_id=run.pk, worker="w-2", ttl_seconds=30, actor="test"
-        )
-        reopened = services.step_intent_record(
+        grant = run_lease_acquire(run_id=run.pk, worker="w-2", ttl_seconds=30, actor="test")
+        reopened = step_intent_record(
             run_id=run.pk,
             epoch=grant.epoch,
             index=0,

@@ -1,0 +1,72 @@
+"""Creating a run: its policy's limits copied in, its `run_created` event, attach by external id.
+
+Locks: none taken and none needed; the caller holds no lock on any run. A duplicate
+(agent, external_id) is settled by the unique constraint, not by a lock.
+"""
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from runs import clock
+from runs.canonical import GENESIS_HASH
+from runs.constants import EventType, RunRunner
+from runs.kernel import event_append
+from runs.models import Run
+from runs.services.budgets import budget_of, budget_policy_for, limits_copied
+
+
+def run_create(
+    *,
+    agent: str,
+    input: Any,
+    external_id: str | None = None,
+    actor: str,
+    runner: str = RunRunner.EXTERNAL,
+) -> tuple[Run, bool]:
+    """Create a run with its policy's limits copied in; the same (agent, external_id) attaches.
+
+    `runner`: `celery` for runs the agents' Celery task runs (re-dispatched by the reaper and the
+    idle sweep), `external` for every other caller (resumed only by its own process).
+    """
+    if external_id is not None:
+        existing = Run.objects.filter(agent=agent, external_id=external_id).first()
+        if existing is not None:
+            return existing, False
+    policy = budget_policy_for(agent)
+    limits = limits_copied(policy, "max_")
+    now = clock.now()
+    try:
+        with transaction.atomic():
+            run = Run(
+                agent=agent,
+                external_id=external_id,
+                input=input,
+                runner=runner,
+                policy=policy,
+                **limits,
+                deadline=now + timedelta(seconds=limits["limit_wall_seconds"]),
+                event_head=GENESIS_HASH,
+            )
+            run.save(force_insert=True)
+            event_append(
+                run,
+                type=EventType.RUN_CREATED,
+                payload={
+                    "agent": agent,
+                    "external_id": external_id,
+                    "policy": policy.name if policy else None,
+                    "limits": budget_of(run)["limits"],
+                    "runner": runner,
+                },
+                actor=actor,
+                at=now,
+            )
+            run.save(update_fields=["event_seq", "event_head"])
+    except IntegrityError:
+        existing = Run.objects.filter(agent=agent, external_id=external_id).first()
+        if existing is None:
+            raise
+        return existing, False
+    return run, True
