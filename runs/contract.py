@@ -37,8 +37,8 @@ REQUIRED: Any = _Required()
 
 @dataclass(frozen=True)
 class Field:
-    """One field: absent, it takes `default` (REQUIRED: the call is refused; None and not
-    nullable with no default: left out, as DRF's required=False leaves it out)."""
+    """One field. Absent, it takes `default`; with none it is required, unless `optional`
+    (then it stays absent, as DRF's required=False without a default leaves it)."""
 
     default: Any = REQUIRED
     nullable: bool = False
