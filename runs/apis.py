@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs import selectors
+from runs import contract, hotcalls, selectors
 from runs.access import agent_check_allowed, run_check_visible
 from runs.api_errors import error_response
 from runs.authentication import actor_of
@@ -23,27 +23,18 @@ from runs.constants import (
     AGENT_NAME_MAX,
     AGENT_NAME_REGEX,
     BUDGET_LIMITS,
-    Effect,
-    EnforcedBy,
     RunRunner,
     RunStatus,
-    StepKind,
-    StepState,
 )
+from runs.contract import AnyJSONField
 from runs.models import Event, Run, Step
 from runs.representations import event_json, run_json, step_json
 from runs.services.approvals import step_wait_decided
-from runs.services.budgets import budget_of
 from runs.services.creation import run_create
 from runs.services.finish import run_complete, run_fail
-from runs.services.leases import run_heartbeat, run_lease_acquire
-from runs.services.steps import step_intent_record, step_outcome_record
-from tools.gateway import gateway_step_run
 
-MAX_STEP_INDEX = 100_000
 MAX_PAGE = 200
 MAX_WAIT_SECONDS = 60
-MAX_TOKENS_PER_CALL = 10**12
 
 
 # --- shapes, for validation and for the OpenAPI schema --------------------------------------
@@ -60,17 +51,9 @@ class ErrorSerializer(serializers.Serializer):
     )
 
 
-class UsageSerializer(serializers.Serializer):
-    input_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS_PER_CALL, default=0)
-    output_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS_PER_CALL, default=0)
-    cost_usd = serializers.DecimalField(
-        max_digits=12,
-        decimal_places=6,
-        min_value=0,
-        required=False,
-        allow_null=True,
-        coerce_to_string=True,
-    )
+# the hot calls' request shapes are declared in runs.contract; their serializers are built there
+UsageSerializer = contract.USAGE.serializer()
+EpochSerializer = contract.HEARTBEAT.serializer()
 
 
 class LeaseRefSerializer(serializers.Serializer):
@@ -163,25 +146,6 @@ class EventOutputSerializer(serializers.Serializer):
     hash = serializers.CharField()
 
 
-class JSONObjectField(serializers.JSONField):
-    """A JSON object (not a list, string or number)."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if not isinstance(data, dict):
-            raise serializers.ValidationError("Must be a JSON object.")
-        return super().to_internal_value(data)
-
-
-class AnyJSONField(serializers.JSONField):
-    """Any JSON value, null included."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_null", True)
-        kwargs.setdefault("required", False)
-        kwargs.setdefault("default", None)
-        super().__init__(**kwargs)
-
-
 def _errors(
     code: str, *, http: int = 409, also: tuple[int, ...] = ()
 ) -> dict[int, OpenApiResponse]:
@@ -195,11 +159,6 @@ def _validated(serializer_class: type[serializers.Serializer], request: Request)
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data  # type: ignore[return-value]
-
-
-def _budget_refusal_response(refusal: Any, body: dict[str, Any]) -> Response:
-    details = {**refusal.details, **body}
-    return error_response(refusal.code, refusal.message, status.HTTP_409_CONFLICT, details)
 
 
 COMMON = (400, 401, 404, 413)
@@ -310,11 +269,13 @@ class RunDetailApi(APIView):
         return Response(run_json(run))
 
 
+def _hot_reply(reply: hotcalls.Reply) -> Response:
+    code, body = reply
+    return Response(body, status=code)
+
+
 class RunLeaseApi(APIView):
-    @extend_schema_serializer(component_name="RunLeaseInput")
-    class InputSerializer(serializers.Serializer):
-        worker = serializers.CharField(max_length=200)
-        ttl_seconds = serializers.IntegerField(min_value=5, max_value=600, default=30)
+    InputSerializer = contract.LEASE.serializer()
 
     @extend_schema_serializer(component_name="RunLeaseOutput")
     class OutputSerializer(serializers.Serializer):
@@ -335,23 +296,7 @@ class RunLeaseApi(APIView):
     def post(self, request: Request, run_id: str) -> Response:
         run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
-        grant = run_lease_acquire(run_id=run_id, **data, actor=actor_of(request))
-        return Response(
-            {
-                "run": run_json(grant.run),
-                "epoch": grant.epoch,
-                "expires_at": grant.expires_at.isoformat(),
-                "recovered": grant.recovered,
-                "journal": [step_json(s) for s in grant.journal],
-            }
-        )
-
-
-MAX_EPOCH = 2**63 - 1  # the column is a bigint
-
-
-class EpochSerializer(serializers.Serializer):
-    epoch = serializers.IntegerField(min_value=0, max_value=MAX_EPOCH)
+        return _hot_reply(hotcalls.lease(run_id=run_id, payload=data, actor=actor_of(request)))
 
 
 class RunHeartbeatApi(APIView):
@@ -369,44 +314,11 @@ class RunHeartbeatApi(APIView):
     def post(self, request: Request, run_id: str) -> Response:
         run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(EpochSerializer, request)
-        beat = run_heartbeat(run_id=run_id, epoch=data["epoch"])
-        expires = beat.expires_at.isoformat() if beat.expires_at else None
-        return Response({"expires_at": expires, "status": beat.status, "epoch": beat.epoch})
-
-
-class OutcomeFieldsSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["ok", "error"], default="ok")
-    result = AnyJSONField()
-    usage = UsageSerializer(required=False, default=None, allow_null=True)
+        return _hot_reply(hotcalls.heartbeat(run_id=run_id, payload=data))
 
 
 class StepIntentApi(APIView):
-    @extend_schema_serializer(component_name="StepIntentInput")
-    class InputSerializer(EpochSerializer):
-        index = serializers.IntegerField(min_value=0, max_value=MAX_STEP_INDEX)
-        kind = serializers.ChoiceField(choices=StepKind.choices)
-        name = serializers.CharField(max_length=200)
-        effect = serializers.ChoiceField(choices=Effect.choices)
-        enforced_by = serializers.ChoiceField(
-            choices=EnforcedBy.choices, required=False, allow_null=True, default=None
-        )
-        arguments = JSONObjectField()
-        outcome = OutcomeFieldsSerializer(required=False, allow_null=True, default=None)
-        invoke = serializers.BooleanField(
-            default=False,
-            help_text="Run the registered gateway tool `name` under the step's key and answer "
-            "the step done or error, in this one call.",
-        )
-
-        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-            if attrs.get("invoke") and (
-                attrs.get("outcome") is not None or attrs["kind"] != StepKind.TOOL
-            ):
-                raise serializers.ValidationError(
-                    {"invoke": ["A gateway step is a tool step and brings no outcome."]}
-                )
-            # which effect may bring an outcome or name an enforcer: step_intent_record decides
-            return attrs
+    InputSerializer = contract.INTENT.serializer()
 
     @extend_schema(
         operation_id="runs_steps_create",
@@ -429,26 +341,7 @@ class StepIntentApi(APIView):
     def post(self, request: Request, run_id: str) -> Response:
         run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
-        if data.pop("invoke"):
-            data.pop("outcome")
-            del data["kind"]
-            result: Any = gateway_step_run(run_id=run_id, **data, actor=actor_of(request))
-        else:
-            result = step_intent_record(run_id=run_id, **data, actor=actor_of(request))
-        body = step_json(result.step)
-        if result.budget_refusal is not None:
-            return _budget_refusal_response(result.budget_refusal, {"step": body})
-        return Response(body, status=intent_status(result.step.state, created=result.created))
-
-
-def intent_status(state: str, *, created: bool) -> int:
-    """202 while the step waits for approval (new or replayed); else 201 new, 200 as recorded."""
-    if state == StepState.AWAITING_APPROVAL:
-        return status.HTTP_202_ACCEPTED
-    return status.HTTP_201_CREATED if created else status.HTTP_200_OK
-
-
-MAX_WAIT_SECONDS = 60
+        return _hot_reply(hotcalls.intent(run_id=run_id, payload=data, actor=actor_of(request)))
 
 
 class StepDetailApi(APIView):
@@ -479,9 +372,7 @@ class StepDetailApi(APIView):
 
 
 class StepOutcomeApi(APIView):
-    @extend_schema_serializer(component_name="StepOutcomeInput")
-    class InputSerializer(EpochSerializer, OutcomeFieldsSerializer):
-        pass
+    InputSerializer = contract.OUTCOME.serializer()
 
     @extend_schema_serializer(component_name="StepOutcomeOutput")
     class OutputSerializer(serializers.Serializer):
@@ -499,11 +390,8 @@ class StepOutcomeApi(APIView):
     def post(self, request: Request, run_id: str, index: int) -> Response:
         run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
-        result = step_outcome_record(run_id=run_id, index=index, **data, actor=actor_of(request))
-        body = {"step": step_json(result.step), "budget": budget_of(result.run)}
-        if result.budget_refusal is not None:
-            return _budget_refusal_response(result.budget_refusal, body)
-        return Response(body)
+        reply = hotcalls.outcome(run_id=run_id, index=index, payload=data, actor=actor_of(request))
+        return _hot_reply(reply)
 
 
 def run_finish_api(verb: str, payload: str, finish: Callable[..., Run]) -> type[APIView]:

@@ -1,10 +1,11 @@
 """The lean path for the four hot worker calls: intent, outcome, heartbeat and lease.
 
-A well-formed request from a known token is answered here, with the same services (the journal
-kernel), the same representations and the same error envelope as the DRF views, minus the
-request/serializer machinery that cost more CPU than the database work. Anything else (bad
-input, an unknown token, a body over the limit, a content type that is not JSON) is declined
-and answered by the DRF view, so every refusal of the contract keeps exactly one implementation.
+A well-formed request from a known token is answered here, validated from the same declaration
+as the DRF serializers (runs.contract) and run by the same functions as the DRF views
+(runs.hotcalls), minus the request/serializer machinery that cost more CPU than the database
+work. Anything else (bad input, an unknown token, a body over the limit, a content type that is
+not JSON) is declined and answered by the DRF view, so every refusal of the contract keeps
+exactly one implementation (tests/runs/test_doors_agree.py holds the two doors together).
 
 Two doors lead here: `hot_view` wraps the DRF view in Django's URL conf (so the contract tests
 and runserver use it), and `HotPathWSGI` answers before Django builds a request at all (gunicorn).
@@ -16,7 +17,6 @@ import re
 import select
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
 
@@ -34,22 +34,12 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import APIException
 
+from runs import contract, hotcalls
 from runs.access import run_check_visible
-from runs.api_errors import ApplicationError, StrictJSONParser, error_body
-from runs.apis import MAX_EPOCH, MAX_STEP_INDEX, MAX_TOKENS_PER_CALL, intent_status
+from runs.api_errors import ApplicationError, StrictJSONParser
 from runs.authentication import principal_for
-from runs.constants import Effect, EnforcedBy, StepKind
+from runs.contract import Decline
 from runs.observe import step_call
-from runs.representations import run_json, step_json
-from runs.services.budgets import budget_of
-from runs.services.leases import run_heartbeat, run_lease_acquire
-from runs.services.steps import step_intent_record, step_outcome_record
-from tools.gateway import gateway_step_run
-
-_KINDS = frozenset(StepKind.values)
-_EFFECTS = frozenset(Effect.values)
-_ENFORCERS = frozenset(EnforcedBy.values)
-_OUTCOME_STATUSES = frozenset({"ok", "error"})
 
 # the security headers Django's middleware gives every response (tests/reliability/test_security)
 HEADERS = [
@@ -77,184 +67,29 @@ def parse_strict_json(raw: bytes) -> Any:
         raise ValueError(str(exc.detail)) from exc
 
 
-class Decline(Exception):
-    """Not for the lean path: the DRF view answers (with its exact validation errors)."""
-
-
 @dataclass(frozen=True)
 class HotAnswer:
     status: int
     body: bytes
 
 
-# --- validation: accept what the DRF serializers accept, decline the rest -------------------
+def _call(call: str, run_id: UUID, index: int | None, data: Any, actor: str) -> HotAnswer:
+    """Validate from runs.contract (Decline: the DRF view answers), then the shared call."""
+    if call == "intent":
+        reply = hotcalls.intent(run_id=run_id, payload=contract.INTENT.lean(data), actor=actor)
+    elif call == "outcome":
+        assert index is not None
+        payload = contract.OUTCOME.lean(data)
+        reply = hotcalls.outcome(run_id=run_id, index=index, payload=payload, actor=actor)
+    elif call == "heartbeat":
+        reply = hotcalls.heartbeat(run_id=run_id, payload=contract.HEARTBEAT.lean(data))
+    else:
+        reply = hotcalls.lease(run_id=run_id, payload=contract.LEASE.lean(data), actor=actor)
+    return HotAnswer(reply[0], _dumps(reply[1]))
 
 
-def _int(data: dict[str, Any], name: str, low: int, high: int, default: int | None = None) -> int:
-    value = data.get(name, default)
-    if type(value) is not int or not low <= value <= high:
-        raise Decline
-    return value
-
-
-def _text(data: dict[str, Any], name: str) -> str:
-    value = data.get(name)
-    if type(value) is not str or not 0 < len(value) <= 200 or value != value.strip():
-        raise Decline
-    return value
-
-
-def _choice(value: Any, choices: frozenset[str]) -> bool:
-    return type(value) is str and value in choices
-
-
-def _only(data: Any, allowed: frozenset[str]) -> dict[str, Any]:
-    if type(data) is not dict or not data.keys() <= allowed:
-        raise Decline
-    return data
-
-
-_USAGE_FIELDS = frozenset({"input_tokens", "output_tokens", "cost_usd"})
-
-
-def _usage(value: Any) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    usage = _only(value, _USAGE_FIELDS)
-    cost = usage.get("cost_usd")
-    if cost is not None:
-        if type(cost) not in (str, int):
-            raise Decline
-        try:
-            amount = Decimal(cost)
-        except InvalidOperation as exc:
-            raise Decline from exc
-        exponent = amount.as_tuple().exponent
-        # DRF's DecimalField(max_digits=12, decimal_places=6, min_value=0), or the view answers
-        if not amount.is_finite() or not 0 <= amount < 10**6 or int(exponent) < -6:
-            raise Decline
-        cost = amount
-    return {
-        "input_tokens": _int(usage, "input_tokens", 0, MAX_TOKENS_PER_CALL, 0),
-        "output_tokens": _int(usage, "output_tokens", 0, MAX_TOKENS_PER_CALL, 0),
-        "cost_usd": cost,
-    }
-
-
-_OUTCOME_FIELDS = frozenset({"status", "result", "usage"})
-
-
-def _outcome(data: dict[str, Any]) -> dict[str, Any]:
-    status = data.get("status", "ok")
-    if not _choice(status, _OUTCOME_STATUSES):
-        raise Decline
-    return {"status": status, "result": data.get("result"), "usage": _usage(data.get("usage"))}
-
-
-_INTENT_FIELDS = frozenset(
-    {"epoch", "index", "kind", "name", "effect", "enforced_by", "arguments", "outcome", "invoke"}
-)
-
-
-def _intent_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
-    data = _only(data, _INTENT_FIELDS)
-    kind, effect, enforced_by = data.get("kind"), data.get("effect"), data.get("enforced_by")
-    arguments, outcome = data.get("arguments"), data.get("outcome")
-    invoke = data.get("invoke", False)
-    if (
-        not _choice(kind, _KINDS)
-        or not _choice(effect, _EFFECTS)
-        or not (enforced_by is None or _choice(enforced_by, _ENFORCERS))
-        or (effect == Effect.READ and enforced_by)
-        or type(arguments) is not dict
-        or (outcome is not None and effect == Effect.WRITE)
-        or type(invoke) is not bool
-        or (invoke and (outcome is not None or kind != StepKind.TOOL))
-    ):
-        raise Decline
-    if invoke:  # a gateway step in one call (tools.gateway): the same service as the DRF view
-        gateway = gateway_step_run(
-            run_id=run_id,
-            epoch=_int(data, "epoch", 0, MAX_EPOCH),
-            index=_int(data, "index", 0, MAX_STEP_INDEX),
-            name=_text(data, "name"),
-            effect=effect,
-            enforced_by=enforced_by,
-            arguments=arguments,
-            actor=actor,
-        )
-        body = step_json(gateway.step)
-        if gateway.budget_refusal is not None:
-            return _refusal(gateway.budget_refusal, {"step": body})
-        # 202 while an approval rule holds it, as the three-call form answers
-        return HotAnswer(intent_status(gateway.step.state, created=gateway.created), _dumps(body))
-    result = step_intent_record(
-        run_id=run_id,
-        epoch=_int(data, "epoch", 0, MAX_EPOCH),
-        index=_int(data, "index", 0, MAX_STEP_INDEX),
-        kind=kind,
-        name=_text(data, "name"),
-        effect=effect,
-        enforced_by=enforced_by,
-        arguments=arguments,
-        outcome=None if outcome is None else _outcome(_only(outcome, _OUTCOME_FIELDS)),
-        actor=actor,
-    )
-    body = step_json(result.step)
-    if result.budget_refusal is not None:
-        return _refusal(result.budget_refusal, {"step": body})
-    return HotAnswer(intent_status(result.step.state, created=result.created), _dumps(body))
-
-
-_OUTCOME_CALL_FIELDS = frozenset({"epoch", "status", "result", "usage"})
-
-
-def _outcome_call(run_id: UUID, index: int, data: Any, actor: str) -> HotAnswer:
-    data = _only(data, _OUTCOME_CALL_FIELDS)
-    outcome = _outcome(data)
-    result = step_outcome_record(
-        run_id=run_id,
-        index=index,
-        epoch=_int(data, "epoch", 0, MAX_EPOCH),
-        **outcome,
-        actor=actor,
-    )
-    body = {"step": step_json(result.step), "budget": budget_of(result.run)}
-    if result.budget_refusal is not None:
-        return _refusal(result.budget_refusal, body)
-    return HotAnswer(200, _dumps(body))
-
-
-def _heartbeat_call(run_id: UUID, data: Any) -> HotAnswer:
-    data = _only(data, frozenset({"epoch"}))
-    beat = run_heartbeat(run_id=run_id, epoch=_int(data, "epoch", 0, MAX_EPOCH))
-    expires = beat.expires_at.isoformat() if beat.expires_at else None
-    return HotAnswer(
-        200, _dumps({"expires_at": expires, "status": beat.status, "epoch": beat.epoch})
-    )
-
-
-def _lease_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
-    data = _only(data, frozenset({"worker", "ttl_seconds"}))
-    grant = run_lease_acquire(
-        run_id=run_id,
-        worker=_text(data, "worker"),
-        ttl_seconds=_int(data, "ttl_seconds", 5, 600, 30),
-        actor=actor,
-    )
-    body = {
-        "run": run_json(grant.run),
-        "epoch": grant.epoch,
-        "expires_at": grant.expires_at.isoformat(),
-        "recovered": grant.recovered,
-        "journal": [step_json(s) for s in grant.journal],
-    }
-    return HotAnswer(200, _dumps(body))
-
-
-def _refusal(error: ApplicationError, extra: dict[str, Any] | None = None) -> HotAnswer:
-    details = {**error.details, **(extra or {})}
-    return HotAnswer(error.status_code, _dumps(error_body(error.code, error.message, details)))
+def _refusal(error: ApplicationError) -> HotAnswer:
+    return HotAnswer(error.status_code, _dumps(error.body()))
 
 
 def answer(
@@ -270,19 +105,11 @@ def answer(
         data = parse_strict_json(body)
     except ValueError as exc:
         raise Decline from exc
-    actor = str(principal)
     step = data.get("index") if call == "intent" and isinstance(data, dict) else index
     with step_call(call, run_id=run_id, index=step if isinstance(step, int) else None) as seen:
         try:
             run_check_visible(principal=principal, run_id=run_id)
-            if call == "intent":
-                return _intent_call(run_id, data, actor)
-            if call == "outcome":
-                assert index is not None
-                return _outcome_call(run_id, index, data, actor)
-            if call == "heartbeat":
-                return _heartbeat_call(run_id, data)
-            return _lease_call(run_id, data, actor)
+            return _call(call, run_id, index, data, str(principal))
         except ApplicationError as error:
             seen.code = error.code
             return _refusal(error)

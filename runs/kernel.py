@@ -6,9 +6,10 @@ the counters in one statement. Python renders the canonical text of what it alre
 actor, the time, each payload) so the hash the database computes is over exactly the bytes
 runs.chain recomputes from the stored rows; the database adds the run id, seq and type.
 
-An answer is either the step (or lease) or a refusal `(code, details)`. A refusal that changed
-state (a budget crossed) was committed with its event before it is answered, so the caller
-raises it or returns it beside the step; nothing else is ever half done.
+An answer is either the step (or lease) or a refusal `(code, details)`, raised as an
+ApplicationError. A refusal that changed state (a recorded step crossed a budget) was committed
+with its event before it is raised, as `BudgetStopped` carrying the recorded step; nothing else
+is ever half done.
 """
 
 import json
@@ -222,15 +223,6 @@ def refusal(code: str, details: dict[str, Any] | None, *, run_id: UUID | str) ->
     return ApplicationError(code, _MESSAGES[code].format(**details), details=details)
 
 
-def budget_stop(details: dict[str, Any]) -> ApplicationError:
-    """The refusal that comes beside a recorded outcome whose usage crossed a limit."""
-    return ApplicationError(
-        "budget_exceeded",
-        f"Outcome recorded; the run's {details['limit']} budget is now spent and the run stops.",
-        details=details,
-    )
-
-
 # --- answers --------------------------------------------------------------------------------
 
 _ANSWER_COLUMNS = (
@@ -264,7 +256,25 @@ class StepAnswer:
     step: Step
     run: Run  # the budget columns only: enough for budget_of()
     created: bool
-    budget_refusal: ApplicationError | None
+
+
+class BudgetStopped(ApplicationError):
+    """The step was recorded (committed with its event), and its usage stopped the run at a
+    limit: the worker must stop. `answer` is the step as recorded, for the refusal's details."""
+
+    def __init__(self, details: dict[str, Any], answer: StepAnswer) -> None:
+        super().__init__(
+            "budget_exceeded",
+            f"Outcome recorded; the run's {details['limit']} budget is now spent and the run stops.",
+            details=details,
+        )
+        self.answer = answer
+
+    def answered(self, body: dict[str, Any]) -> ApplicationError:
+        """This refusal with the recorded step's representation beside the limit."""
+        return ApplicationError(
+            self.code, self.message, status_code=self.status_code, details={**self.details, **body}
+        )
 
 
 def _statement(function: str, arity: int) -> str:
@@ -319,8 +329,10 @@ def _answer(
     step._state.adding = False  # a row that exists: save() updates it
     step._state.db = "default"
     run = Run(pk=run_id, **{name: row[name] for name in _RUN_BUDGET_FIELDS})
-    stopped = budget_stop(details) if code == "budget_exceeded" else None
-    return StepAnswer(step=step, run=run, created=fresh, budget_refusal=stopped)
+    answer = StepAnswer(step=step, run=run, created=fresh)
+    if code == "budget_exceeded":
+        raise BudgetStopped(details, answer)
+    return answer
 
 
 # --- the hot calls --------------------------------------------------------------------------
@@ -426,7 +438,7 @@ def step_outcome(
     is a conflict.
 
     Usage is a fact (the tokens were spent), so an outcome that crosses a limit is recorded and
-    then the run moves to budget_exceeded; the caller answers 409 so the worker stops.
+    then the run moves to budget_exceeded and BudgetStopped is raised: 409, the worker stops.
     """
     if not 0 <= index < 2**31:  # no such step can exist (the column is an integer)
         raise refusal("step_not_found", {"index": index}, run_id=run_id)
@@ -498,6 +510,7 @@ def lease(*, run_id: UUID | str, worker: str, ttl_seconds: int, actor: str) -> R
 
 
 __all__ = [
+    "BudgetStopped",
     "EventType",
     "HeartbeatAnswer",
     "InvalidTransition",

@@ -1,12 +1,16 @@
-"""The JSON shapes of docs/api.md ("Representations"), built by hand: the hot path skips DRF fields."""
+"""The JSON shapes of docs/api.md ("Representations"), built by hand: the hot path skips DRF fields.
+
+Every door (the DRF views, the lean path, an in-process transport) answers with these.
+"""
 
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
 
-from runs.kernel import money
+from runs.kernel import HeartbeatAnswer, StepAnswer, money
 from runs.models import Run
 from runs.services.budgets import budget_of
+from runs.services.leases import LeaseGrant
 
 
 class StepFields(Protocol):
@@ -149,3 +153,23 @@ def event_json(event: EventFields) -> dict[str, Any]:
         "prev_hash": event.prev_hash,
         "hash": event.hash,
     }
+
+
+def lease_json(grant: LeaseGrant) -> dict[str, Any]:
+    """POST .../lease: the run, the new epoch and the journal to replay."""
+    return {
+        "run": run_json(grant.run),
+        "epoch": grant.epoch,
+        "expires_at": _iso(grant.expires_at),
+        "recovered": grant.recovered,
+        "journal": [step_json(s) for s in grant.journal],
+    }
+
+
+def heartbeat_json(beat: HeartbeatAnswer) -> dict[str, Any]:
+    return {"expires_at": _iso(beat.expires_at), "status": beat.status, "epoch": beat.epoch}
+
+
+def outcome_json(answer: StepAnswer) -> dict[str, Any]:
+    """POST .../outcome: the step as recorded and the run's budget after it."""
+    return {"step": step_json(answer.step), "budget": budget_of(answer.run)}

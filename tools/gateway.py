@@ -21,7 +21,7 @@ from uuid import UUID
 
 from runs.api_errors import ApplicationError
 from runs.constants import Effect, EnforcedBy, StepKind, StepState
-from runs.kernel import StepAnswer
+from runs.kernel import BudgetStopped, StepAnswer
 from runs.models import Step
 from runs.selectors import KeyStep
 from runs.services.steps import step_intent_record
@@ -34,7 +34,6 @@ from tools.registry import ToolContext, tool_get, write_invoke
 class GatewayStep:
     step: Step
     created: bool  # False: the step was recorded before this call (a replay)
-    budget_refusal: ApplicationError | None = None  # recorded, and the run stops here
 
 
 def gateway_step_run(
@@ -80,7 +79,7 @@ def gateway_step_run(
     if step.state != StepState.INTENT:
         return GatewayStep(step=step, created=False)  # recorded before: replay it
     crash_point("after_intent")
-    answers: list[StepAnswer | None] = []
+    answers: list[StepAnswer | BudgetStopped | None] = []
     write_invoke(
         found,
         validated=validated,
@@ -103,9 +102,11 @@ def gateway_step_run(
         recorded=answers.append,
     )
     answer = answers[-1] if answers else None
+    if isinstance(answer, BudgetStopped):  # recorded, and committed: now the run stops
+        raise answer
     if answer is None:  # refused (the run moved on meanwhile): the step as the journal has it
         return GatewayStep(step=Step.objects.get(run_id=run_id, index=index), created=True)
-    return GatewayStep(step=answer.step, created=True, budget_refusal=answer.budget_refusal)
+    return GatewayStep(step=answer.step, created=True)
 
 
 def _read_step(
@@ -116,10 +117,8 @@ def _read_step(
         outcome = {"status": "ok", "result": fn(validated, ToolContext(name, None, actor))}
     except ToolError as exc:
         outcome = {"status": "error", "result": exc.body()}
-    recorded = record(effect=Effect.READ, outcome={**outcome, "usage": None})
-    return GatewayStep(
-        step=recorded.step, created=recorded.created, budget_refusal=recorded.budget_refusal
-    )
+    recorded = record(effect=Effect.READ, outcome={**outcome, "usage": None})  # may stop the run
+    return GatewayStep(step=recorded.step, created=recorded.created)
 
 
 __all__ = ["GatewayStep", "gateway_step_run"]

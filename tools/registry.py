@@ -19,7 +19,7 @@ from runs.api_errors import ApplicationError
 from runs.authentication import WorkerPrincipal
 from runs.canonical import arguments_hash
 from runs.constants import FINAL_STATUSES, Effect, StepState
-from runs.kernel import StepAnswer
+from runs.kernel import BudgetStopped, StepAnswer
 from runs.selectors import KeyStep, key_is_journal_shaped, step_for_key
 from runs.services.steps import step_outcome_from_gateway
 from tools.crash import crash_point
@@ -264,12 +264,13 @@ def write_invoke(
     step: KeyStep | None,
     actor: str,
     epoch: int | None,
-    recorded: Callable[[StepAnswer | None], None] | None = None,
+    recorded: Callable[[StepAnswer | BudgetStopped | None], None] | None = None,
     caller: KeyCaller | None = None,
 ) -> Outcome:
     """Run a write tool under a checked key; a step's outcome is recorded with the key's end.
 
-    `recorded` hears what the journal answered for the step's outcome (None: not recorded).
+    `recorded` hears what the journal answered for the step's outcome (None: not recorded;
+    a BudgetStopped: recorded, and the run stopped).
     """
     if step is not None and step.state != StepState.INTENT and not _key_recorded(key):
         if step.state == StepState.DONE:
@@ -334,7 +335,7 @@ def _outcome_recorder(
     *,
     epoch: int | None,
     actor: str,
-    recorded: Callable[[StepAnswer | None], None] | None,
+    recorded: Callable[[StepAnswer | BudgetStopped | None], None] | None,
 ) -> Callable[[Outcome], None]:
     def record(outcome: Outcome) -> None:
         answer = step_outcome_from_gateway(

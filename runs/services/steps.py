@@ -24,7 +24,7 @@ step_outcome_record = kernel.step_outcome
 
 def step_outcome_from_gateway(
     *, run_id: UUID | str, index: int, epoch: int, ok: bool, result: Any, actor: str
-) -> kernel.StepAnswer | None:
+) -> kernel.StepAnswer | kernel.BudgetStopped | None:
     """The gateway records a step's outcome when it completes (or fails) the step's key.
 
     Runs inside the transaction that finishes the key, so the tool's rows, the key's response,
@@ -32,7 +32,8 @@ def step_outcome_from_gateway(
     run moved to another epoch, the step is no longer an open intent) records nothing and is
     not an error: the effect happened under the key, and whoever holds the step now gets the
     key's stored response and its outcome from the next invoke (or recovery reconciles it).
-    Returns the journal's answer, or None when it refused.
+    Returns the journal's answer, the budget stop it recorded (the caller raises it once the
+    key's transaction has committed), or None when it refused.
     """
     try:
         return kernel.step_outcome(
@@ -44,6 +45,8 @@ def step_outcome_from_gateway(
             usage=None,
             actor=actor,
         )
+    except kernel.BudgetStopped as stop:
+        return stop
     except ApplicationError as refusal:
         logger.info(
             "gateway outcome of %s step %s not recorded: %s %s",

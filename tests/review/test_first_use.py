@@ -10,6 +10,7 @@ from django.test import Client
 from review.audit import AuditEntry
 from review.roles import ADMINS, AUDITORS, SUPERVISORS
 from runs.constants import RunStatus
+from runs.kernel import BudgetStopped
 from runs.models import BudgetPolicy, Run, WorkerToken
 from runs.services.creation import run_create
 from runs.services.finish import run_complete
@@ -87,17 +88,18 @@ def test_raising_one_limit_says_what_still_blocks_the_run_and_updates_its_reason
     )
     run, _ = run_create(agent="tiny", input={}, actor="w")
     epoch = run_lease_acquire(run_id=run.pk, worker="w", ttl_seconds=30, actor="w").epoch
-    step_intent_record(
-        run_id=run.pk,
-        epoch=epoch,
-        index=0,
-        kind="model",
-        name="model.chat",
-        effect="read",
-        arguments={},
-        outcome={"status": "ok", "result": {}, "usage": {"input_tokens": 50}},
-        actor="w",
-    )
+    with pytest.raises(BudgetStopped):  # recorded, and the run stops
+        step_intent_record(
+            run_id=run.pk,
+            epoch=epoch,
+            index=0,
+            kind="model",
+            name="model.chat",
+            effect="read",
+            arguments={},
+            outcome={"status": "ok", "result": {}, "usage": {"input_tokens": 50}},
+            actor="w",
+        )
     run.refresh_from_db()
     assert (run.status, run.status_reason) == (RunStatus.BUDGET_EXCEEDED, "tokens")
     response = _client(ADMINS).post(
@@ -126,17 +128,18 @@ def test_a_step_limit_still_spent_after_raising_tokens_is_named(groups: Any) -> 
     )
     run, _ = run_create(agent="one", input={}, actor="w")
     epoch = run_lease_acquire(run_id=run.pk, worker="w", ttl_seconds=30, actor="w").epoch
-    step_intent_record(
-        run_id=run.pk,
-        epoch=epoch,
-        index=0,
-        kind="model",
-        name="model.chat",
-        effect="read",
-        arguments={},
-        outcome={"status": "ok", "result": {}, "usage": {"input_tokens": 50}},
-        actor="w",
-    )
+    with pytest.raises(BudgetStopped):  # recorded, and the run stops
+        step_intent_record(
+            run_id=run.pk,
+            epoch=epoch,
+            index=0,
+            kind="model",
+            name="model.chat",
+            effect="read",
+            arguments={},
+            outcome={"status": "ok", "result": {}, "usage": {"input_tokens": 50}},
+            actor="w",
+        )
     _client(ADMINS).post(f"/runs/{run.pk}/limits", {"tokens": "1000", "note": "more"})
     run.refresh_from_db()
     # tokens have room now; the step budget (1 of 1) still stops the next step

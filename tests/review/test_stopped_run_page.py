@@ -11,6 +11,7 @@ import pytest
 from review.roles import SUPERVISORS
 from runs.api_errors import ApplicationError
 from runs.constants import RunStatus
+from runs.kernel import BudgetStopped
 from runs.models import BudgetPolicy, Run
 from runs.services.creation import run_create
 from runs.services.leases import run_lease_acquire
@@ -37,17 +38,18 @@ def stopped_by_its_token_budget(*, hours_ago: float) -> Run:
             run_id=run.pk, worker="pod-6", ttl_seconds=30, actor="worker:pod-6"
         ).epoch
         tick(2.0)
-        step_intent_record(
-            run_id=run.pk,
-            epoch=epoch,
-            index=0,
-            kind="model",
-            name="model.chat",
-            effect="read",
-            arguments={"prompt": "a pasted log"},
-            outcome={"status": "ok", "result": {}, "usage": {"input_tokens": 150}},
-            actor="worker:pod-6",
-        )
+        with pytest.raises(BudgetStopped):  # recorded, and the run stops
+            step_intent_record(
+                run_id=run.pk,
+                epoch=epoch,
+                index=0,
+                kind="model",
+                name="model.chat",
+                effect="read",
+                arguments={"prompt": "a pasted log"},
+                outcome={"status": "ok", "result": {}, "usage": {"input_tokens": 150}},
+                actor="worker:pod-6",
+            )
     run.refresh_from_db()
     assert run.status == RunStatus.BUDGET_EXCEEDED, run.status
     return run
