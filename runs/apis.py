@@ -30,8 +30,8 @@ from runs.constants import (
     StepKind,
     StepState,
 )
-from runs.models import Event, Run, Step
-from runs.representations import event_json, run_json, step_json
+from runs.models import Run
+from runs.representations import event_json, heartbeat_json, lease_json, run_json, step_json
 from tools.gateway import gateway_step_run
 
 MAX_STEP_INDEX = 100_000
@@ -330,15 +330,7 @@ class RunLeaseApi(APIView):
         run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(self.InputSerializer, request)
         grant = services.run_lease_acquire(run_id=run_id, **data, actor=actor_of(request))
-        return Response(
-            {
-                "run": run_json(grant.run),
-                "epoch": grant.epoch,
-                "expires_at": grant.expires_at.isoformat(),
-                "recovered": grant.recovered,
-                "journal": [step_json(s) for s in grant.journal],
-            }
-        )
+        return Response(lease_json(grant))
 
 
 MAX_EPOCH = 2**63 - 1  # the column is a bigint
@@ -364,8 +356,7 @@ class RunHeartbeatApi(APIView):
         run_check_visible(principal=request.user, run_id=run_id)
         data = _validated(EpochSerializer, request)
         beat = services.run_heartbeat(run_id=run_id, epoch=data["epoch"])
-        expires = beat.expires_at.isoformat() if beat.expires_at else None
-        return Response({"expires_at": expires, "status": beat.status, "epoch": beat.epoch})
+        return Response(heartbeat_json(beat))
 
 
 class OutcomeFieldsSerializer(serializers.Serializer):
@@ -549,10 +540,7 @@ class RunJournalApi(APIView):
     )
     def get(self, request: Request, run_id: str) -> Response:
         run_check_visible(principal=request.user, run_id=run_id)
-        if not Run.objects.filter(pk=run_id).exists():
-            return error_response("not_found", f"No run {run_id}.", 404)
-        steps = Step.objects.filter(run_id=run_id).order_by("index")
-        events = Event.objects.filter(run_id=run_id).order_by("seq")
+        steps, events = selectors.run_journal(run_id=run_id)
         return Response(
             {"steps": [step_json(s) for s in steps], "events": [event_json(e) for e in events]}
         )

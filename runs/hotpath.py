@@ -41,7 +41,7 @@ from runs.apis import MAX_EPOCH, MAX_STEP_INDEX, MAX_TOKENS_PER_CALL, intent_sta
 from runs.authentication import principal_for
 from runs.constants import Effect, EnforcedBy, StepKind
 from runs.observe import step_call
-from runs.representations import run_json, step_json
+from runs.representations import heartbeat_json, lease_json, step_json
 from tools.gateway import gateway_step_run
 
 _KINDS = frozenset(StepKind.values)
@@ -154,7 +154,9 @@ _INTENT_FIELDS = frozenset(
 )
 
 
-def _intent_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
+def intent_fields(data: Any) -> dict[str, Any]:
+    """The intent call's arguments from its JSON body, as its DRF serializer validates them
+    (`invoke` included); Decline for anything else. Also the in-process transport's check."""
     data = _only(data, _INTENT_FIELDS)
     kind, effect, enforced_by = data.get("kind"), data.get("effect"), data.get("enforced_by")
     arguments, outcome = data.get("arguments"), data.get("outcome")
@@ -170,34 +172,30 @@ def _intent_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
         or (invoke and (outcome is not None or kind != StepKind.TOOL))
     ):
         raise Decline
-    if invoke:  # a gateway step in one call (tools.gateway): the same service as the DRF view
-        gateway = gateway_step_run(
-            run_id=run_id,
-            epoch=_int(data, "epoch", 0, MAX_EPOCH),
-            index=_int(data, "index", 0, MAX_STEP_INDEX),
-            name=_text(data, "name"),
-            effect=effect,
-            enforced_by=enforced_by,
-            arguments=arguments,
-            actor=actor,
-        )
+    return {
+        "epoch": _int(data, "epoch", 0, MAX_EPOCH),
+        "index": _int(data, "index", 0, MAX_STEP_INDEX),
+        "kind": kind,
+        "name": _text(data, "name"),
+        "effect": effect,
+        "enforced_by": enforced_by,
+        "arguments": arguments,
+        "outcome": None if outcome is None else _outcome(_only(outcome, _OUTCOME_FIELDS)),
+        "invoke": invoke,
+    }
+
+
+def _intent_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
+    fields = intent_fields(data)
+    if fields.pop("invoke"):  # a gateway step in one call (tools.gateway): as the DRF view
+        del fields["kind"], fields["outcome"]
+        gateway = gateway_step_run(run_id=run_id, **fields, actor=actor)
         body = step_json(gateway.step)
         if gateway.budget_refusal is not None:
             return _refusal(gateway.budget_refusal, {"step": body})
         # 202 while an approval rule holds it, as the three-call form answers
         return HotAnswer(intent_status(gateway.step.state, created=gateway.created), _dumps(body))
-    result = services.step_intent_record(
-        run_id=run_id,
-        epoch=_int(data, "epoch", 0, MAX_EPOCH),
-        index=_int(data, "index", 0, MAX_STEP_INDEX),
-        kind=kind,
-        name=_text(data, "name"),
-        effect=effect,
-        enforced_by=enforced_by,
-        arguments=arguments,
-        outcome=None if outcome is None else _outcome(_only(outcome, _OUTCOME_FIELDS)),
-        actor=actor,
-    )
+    result = services.step_intent_record(run_id=run_id, **fields, actor=actor)
     body = step_json(result.step)
     if result.budget_refusal is not None:
         return _refusal(result.budget_refusal, {"step": body})
@@ -207,15 +205,15 @@ def _intent_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
 _OUTCOME_CALL_FIELDS = frozenset({"epoch", "status", "result", "usage"})
 
 
-def _outcome_call(run_id: UUID, index: int, data: Any, actor: str) -> HotAnswer:
+def outcome_fields(data: Any) -> dict[str, Any]:
+    """The outcome call's arguments (epoch, status, result, usage), or Decline."""
     data = _only(data, _OUTCOME_CALL_FIELDS)
-    outcome = _outcome(data)
+    return {"epoch": _int(data, "epoch", 0, MAX_EPOCH), **_outcome(data)}
+
+
+def _outcome_call(run_id: UUID, index: int, data: Any, actor: str) -> HotAnswer:
     result = services.step_outcome_record(
-        run_id=run_id,
-        index=index,
-        epoch=_int(data, "epoch", 0, MAX_EPOCH),
-        **outcome,
-        actor=actor,
+        run_id=run_id, index=index, **outcome_fields(data), actor=actor
     )
     body = {"step": step_json(result.step), "budget": services.budget_of(result.run)}
     if result.budget_refusal is not None:
@@ -223,31 +221,25 @@ def _outcome_call(run_id: UUID, index: int, data: Any, actor: str) -> HotAnswer:
     return HotAnswer(200, _dumps(body))
 
 
+def heartbeat_fields(data: Any) -> dict[str, Any]:
+    """The heartbeat call's arguments (epoch), or Decline."""
+    return {"epoch": _int(_only(data, frozenset({"epoch"})), "epoch", 0, MAX_EPOCH)}
+
+
 def _heartbeat_call(run_id: UUID, data: Any) -> HotAnswer:
-    data = _only(data, frozenset({"epoch"}))
-    beat = services.run_heartbeat(run_id=run_id, epoch=_int(data, "epoch", 0, MAX_EPOCH))
-    expires = beat.expires_at.isoformat() if beat.expires_at else None
-    return HotAnswer(
-        200, _dumps({"expires_at": expires, "status": beat.status, "epoch": beat.epoch})
-    )
+    beat = services.run_heartbeat(run_id=run_id, **heartbeat_fields(data))
+    return HotAnswer(200, _dumps(heartbeat_json(beat)))
+
+
+def lease_fields(data: Any) -> dict[str, Any]:
+    """The lease call's arguments (worker, ttl_seconds), or Decline."""
+    data = _only(data, frozenset({"worker", "ttl_seconds"}))
+    return {"worker": _text(data, "worker"), "ttl_seconds": _int(data, "ttl_seconds", 5, 600, 30)}
 
 
 def _lease_call(run_id: UUID, data: Any, actor: str) -> HotAnswer:
-    data = _only(data, frozenset({"worker", "ttl_seconds"}))
-    grant = services.run_lease_acquire(
-        run_id=run_id,
-        worker=_text(data, "worker"),
-        ttl_seconds=_int(data, "ttl_seconds", 5, 600, 30),
-        actor=actor,
-    )
-    body = {
-        "run": run_json(grant.run),
-        "epoch": grant.epoch,
-        "expires_at": grant.expires_at.isoformat(),
-        "recovered": grant.recovered,
-        "journal": [step_json(s) for s in grant.journal],
-    }
-    return HotAnswer(200, _dumps(body))
+    grant = services.run_lease_acquire(run_id=run_id, **lease_fields(data), actor=actor)
+    return HotAnswer(200, _dumps(lease_json(grant)))
 
 
 def _refusal(error: ApplicationError, extra: dict[str, Any] | None = None) -> HotAnswer:

@@ -4,8 +4,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
 
+from runs.kernel import HeartbeatAnswer
 from runs.models import Run
-from runs.services import budget_of, money
+from runs.services import LeaseGrant, budget_of, money
 
 
 class StepFields(Protocol):
@@ -136,6 +137,21 @@ def step_json(step: StepFields) -> dict[str, Any]:
             else None
         ),
     }
+
+
+def lease_json(grant: LeaseGrant) -> dict[str, Any]:
+    """The lease call's answer: the run, the new epoch and the journal to replay."""
+    return {
+        "run": run_json(grant.run),
+        "epoch": grant.epoch,
+        "expires_at": grant.expires_at.isoformat(),
+        "recovered": grant.recovered,
+        "journal": [step_json(s) for s in grant.journal],
+    }
+
+
+def heartbeat_json(beat: HeartbeatAnswer) -> dict[str, Any]:
+    return {"expires_at": _iso(beat.expires_at), "status": beat.status, "epoch": beat.epoch}
 
 
 def event_json(event: EventFields) -> dict[str, Any]:
