@@ -159,15 +159,21 @@ def test_a_zombie_with_a_stale_epoch_is_refused_and_writes_nothing(ledger: Ledge
 def test_the_step_budget_stops_the_run(ledger: Ledger, make_policy: Any) -> None:
     make_policy("contract-budget", max_steps=2)
     ran: list[int] = []
+
+    def note(n: int) -> int:
+        ran.append(n)
+        return n
+
     run = ledger.run("contract-budget", {}, worker="w-b")
     with pytest.raises(BudgetExceeded) as caught, run:
         for n in range(3):
-            run.tool("note", {"n": n}, effect="read", fn=lambda n: ran.append(n) or n)
+            run.tool("note", {"n": n}, effect="read", fn=note)
     assert (caught.value.code, caught.value.status) == ("budget_exceeded", 409)
     assert caught.value.details["limit"] == "steps"
     row = RunRow.objects.get(pk=run.id)
     assert (row.status, row.used_steps) == ("budget_exceeded", 2)
     # the third read ran (reads are recorded after they run) but was never journalled
+    assert ran == [0, 1, 2]
     assert Step.objects.filter(run=row).count() == 2
 
 
