@@ -400,6 +400,12 @@ LEDGER_KEY_STATE_LOOKUP = os.environ.get(
 )
 INTENTLEDGER_URL = os.environ.get("INTENTLEDGER_URL", "http://127.0.0.1:8000")
 INTENTLEDGER_TOKEN = os.environ.get("INTENTLEDGER_TOKEN", "")
+# How the Celery-run agents journal, as the worker INTENTLEDGER_TOKEN names: `inprocess` through
+# this process's database connection (runs.inprocess: no HTTP hop, no dependency on the web
+# tier), or `http` to INTENTLEDGER_URL like any other worker.
+LEDGER_AGENT_TRANSPORT = os.environ.get("LEDGER_AGENT_TRANSPORT", "inprocess").strip().lower()
+if LEDGER_AGENT_TRANSPORT not in ("inprocess", "http"):
+    raise ImproperlyConfigured("LEDGER_AGENT_TRANSPORT is `inprocess` or `http`.")
 
 # LOG_FORMAT=json: one JSON object a line, with run_id and step_index when the line is written
 # while a run's request is answered (console.logs)

@@ -27,7 +27,7 @@ from runs.constants import (
     RunStatus,
 )
 from runs.contract import AnyJSONField
-from runs.models import Event, Run, Step
+from runs.models import Run
 from runs.representations import event_json, run_json, step_json
 from runs.services.approvals import step_wait_decided
 from runs.services.creation import run_create
@@ -441,10 +441,7 @@ class RunJournalApi(APIView):
     )
     def get(self, request: Request, run_id: str) -> Response:
         run_check_visible(principal=request.user, run_id=run_id)
-        if not Run.objects.filter(pk=run_id).exists():
-            return error_response("not_found", f"No run {run_id}.", 404)
-        steps = Step.objects.filter(run_id=run_id).order_by("index")
-        events = Event.objects.filter(run_id=run_id).order_by("seq")
+        steps, events = selectors.run_journal(run_id=run_id)
         return Response(
             {"steps": [step_json(s) for s in steps], "events": [event_json(e) for e in events]}
         )

@@ -9,9 +9,9 @@ from uuid import UUID
 from django.core import signing
 from django.db.models import Q
 
-from runs.access import runs_visible
+from runs.access import not_found, runs_visible
 from runs.api_errors import ApplicationError
-from runs.models import Run, Step
+from runs.models import Event, Run, Step
 
 _CURSOR_SALT = "runs.selectors.runs_find"
 
@@ -150,7 +150,22 @@ def runs_find(
     return RunPage(runs=found, next_cursor=next_cursor)
 
 
-__all__ = ["KeyStep", "RunPage", "key_is_journal_shaped", "runs_find", "step_for_key"]
+def run_journal(*, run_id: UUID | str) -> tuple[list[Step], list[Event]]:
+    """A run's steps and events, in order; 404 `not_found` when there is no such run."""
+    if not Run.objects.filter(pk=run_id).exists():
+        raise not_found(run_id)
+    steps = list(Step.objects.filter(run_id=run_id).order_by("index"))
+    return steps, list(Event.objects.filter(run_id=run_id).order_by("seq"))
+
+
+__all__ = [
+    "KeyStep",
+    "RunPage",
+    "key_is_journal_shaped",
+    "run_journal",
+    "runs_find",
+    "step_for_key",
+]
 
 
 # --- forks ------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from celery import shared_task
 from django.conf import settings
 from intentledger import Ledger, LedgerUnavailable
 
+from runs.inprocess import in_process_ledger
 from runs.services.enforcement import run_runner_claim_for_celery
 from support_agent.registry import agent_runner
 
@@ -44,7 +45,7 @@ def run_agent(self: Any, run_id: str, agent: str) -> dict[str, Any]:
         logger.warning("run %s is run by another process (runner external); not running it", run_id)
         return {"run_id": run_id, "status": "external", "replayed": 0}
     try:
-        with Ledger(settings.INTENTLEDGER_URL, settings.INTENTLEDGER_TOKEN) as ledger:
+        with agent_ledger() as ledger:
             outcome = runner(ledger, run_id=run_id, worker=worker)
     except LedgerUnavailable as error:
         logger.warning("run %s: ledger unavailable, retrying: %s", run_id, error)
@@ -53,3 +54,11 @@ def run_agent(self: Any, run_id: str, agent: str) -> dict[str, Any]:
     if outcome.status == "lease_held":
         raise self.retry(countdown=LEASE_HELD_RETRY_SECONDS)
     return {"run_id": run_id, "status": outcome.status, "replayed": outcome.replayed}
+
+
+def agent_ledger() -> Ledger:
+    """The ledger as the agents' worker token sees it: in-process beside the database (the
+    default), or over HTTP when LEDGER_AGENT_TRANSPORT says `http`."""
+    if settings.LEDGER_AGENT_TRANSPORT == "http":
+        return Ledger(settings.INTENTLEDGER_URL, settings.INTENTLEDGER_TOKEN)
+    return in_process_ledger(settings.INTENTLEDGER_TOKEN)

@@ -208,7 +208,7 @@ def test_zombie_every_write_is_refused_with_stale_epoch(ledger: Ledger) -> None:
         "write tool": lambda: zombie.tool("email", {"to": "x@y.example"}, fn=send),
         "read tool": lambda: zombie.tool("note", {"n": 1}, effect="read", fn=lambda n: n),
         "model": lambda: zombie.model(scripted_model, [{"role": "user", "content": "z"}]),
-        "heartbeat": lambda: zombie._write(f"/api/v1/runs/{zombie.id}/heartbeat", {"epoch": 1}),
+        "heartbeat": lambda: zombie._write(ledger._transport.heartbeat, zombie.id, epoch=1),
         "complete": lambda: zombie.__exit__(None, None, None),
     }
     for what, attempt in attempts.items():

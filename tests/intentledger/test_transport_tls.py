@@ -5,7 +5,7 @@ bundle into every client cost an agent process a tenth of its start)."""
 import ssl
 
 import pytest
-from intentledger._http import Transport, tls_verification
+from intentledger._http import HttpTransport, tls_verification
 
 
 def test_an_https_ledger_is_verified_against_the_ca_bundle() -> None:
@@ -34,9 +34,9 @@ def test_the_transport_for_an_http_ledger_builds_its_client_without_the_bundle(
         return build(verify=verify, cert=cert, trust_env=trust_env)  # type: ignore[arg-type]
 
     monkeypatch.setattr(transports, "create_ssl_context", recording)
-    Transport("http://127.0.0.1:8000", "token", timeout=1, retries=0, backoff=0).close()
+    HttpTransport("http://127.0.0.1:8000", "token", timeout=1, retries=0, backoff=0).close()
     [over_http] = asked
     assert isinstance(over_http, ssl.SSLContext)
     assert over_http.cert_store_stats()["x509_ca"] == 0
-    Transport("https://ledger.example.com", "token", timeout=1, retries=0, backoff=0).close()
+    HttpTransport("https://ledger.example.com", "token", timeout=1, retries=0, backoff=0).close()
     assert asked[1] is True, "an https ledger is verified against the bundle"

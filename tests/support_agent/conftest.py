@@ -38,7 +38,14 @@ def start_worker(desk: AgentDesk) -> Iterator[Callable[..., tuple[subprocess.Pop
     started: list[subprocess.Popen[bytes]] = []
 
     def start(**extra_env: str) -> tuple[subprocess.Popen[bytes], Path]:
-        env = {"INTENTLEDGER_URL": desk.url, "INTENTLEDGER_TOKEN": desk.token, **extra_env}
+        env = {
+            "INTENTLEDGER_URL": desk.url,
+            "INTENTLEDGER_TOKEN": desk.token,
+            # the agents' gateway tools run in the worker when it journals in-process: its mail
+            # goes to the sink, as the web server's does
+            **desk.smtp.mail_env(),
+            **extra_env,
+        }
         proc = start_celery_worker(
             env=env,
             name="agents-test",

@@ -43,11 +43,17 @@ def wait_for_status(run_id: str, statuses: set[str], timeout: float = 120) -> Ru
     raise AssertionError(f"run {run_id} still {Run.objects.get(pk=run_id).status}")
 
 
-def test_celery_worker_killed_mid_run_is_redelivered_and_completes_from_the_journal(
-    desk: AgentDesk, start_worker: Callable[..., Any], celery_on_db2: None
+@pytest.mark.parametrize("transport", ["inprocess", "http"])
+def test_celery_worker_killed_after_its_email_step_is_redelivered_and_sends_one_email(
+    desk: AgentDesk, start_worker: Callable[..., Any], celery_on_db2: None, transport: str
 ) -> None:
-    # the pool process running the task is SIGKILLed right after step 12 is journalled
-    _worker, log = start_worker(AGENT_CRASH_AFTER_STEP="12")
+    # the pool process running the task is SIGKILLed right after step 11 (email.send) is
+    # journalled; the agents journal in-process (the default; no web server to reach: the URL
+    # points nowhere) or over HTTP
+    unreachable = {"INTENTLEDGER_URL": "http://127.0.0.1:9"} if transport == "inprocess" else {}
+    _worker, log = start_worker(
+        AGENT_CRASH_AFTER_STEP="11", LEDGER_AGENT_TRANSPORT=transport, **unreachable
+    )
     ticket, customer = desk.new_ticket()
     started, created = agent_run_start(
         agent="support",
@@ -61,11 +67,12 @@ def test_celery_worker_killed_mid_run_is_redelivered_and_completes_from_the_jour
     run = wait_for_status(run_id, {"completed", "needs_review", "failed"})
     text = log.read_text()
     assert run.status == "completed", text
-    assert "crash hook: after step 12: SIGKILL" in text
+    assert "crash hook: after step 11: SIGKILL" in text
     assert "WorkerLostError" in text  # the child died; the task was rejected and redelivered
     leases = list(Event.objects.filter(run=run, type="lease_acquired").order_by("seq"))
     assert [e.payload["recovery"] for e in leases] == [False, True]
-    assert leases[1].payload["replayable_steps"] == 13
+    assert leases[1].payload["replayable_steps"] == 12
+    assert Step.objects.get(run=run, index=11).name == "email.send"
     assert run.step_count == 20 and run.used_steps == 20
     assert not Step.objects.filter(run=run, executions__gt=1).exists()
     assert effects_for(desk, customer) == (1, 1, 1)
@@ -117,7 +124,7 @@ def test_reaper_redispatches_an_interrupted_run_to_a_celery_worker(
     # the beat task's service: interrupted -> run_resumable -> agents re-dispatch (after commit)
     assert reaped_once_the_lease_lapses() == 1
     run = wait_for_status(run_id, {"completed", "needs_review", "failed"})
-    assert run.status == "completed"
+    assert run.status == "completed", run.error
     types = list(Event.objects.filter(run=run).values_list("type", flat=True))
     assert "lease_expired" in types
     assert effects_for(desk, customer) == (1, 1, 1)

@@ -7,12 +7,14 @@
         run.tool("email.send", {"to": "a@b.example", "subject": "Hi", "body": "..."})
         run.output = {"ok": True}
 
-Django-free; depends on httpx only (imported when the first Ledger is built).
+Django-free; depends on httpx only (imported when the first Ledger is built). `Ledger` journals
+over HTTP; `Ledger(transport=...)` takes another `Transport` (the server's in-process one).
 """
 
 from intentledger._ledger import Ledger
 from intentledger._run import Run, StepInfo, current_run
 from intentledger._tool import tool
+from intentledger._transport import Transport
 from intentledger.errors import (
     ApprovalDenied,
     ApprovalPending,
@@ -44,6 +46,7 @@ __all__ = [
     "StepFailed",
     "StepInfo",
     "StopRun",
+    "Transport",
     "current_run",
     "tool",
 ]

@@ -1,4 +1,5 @@
-"""HTTP to the ledger: JSON in and out, typed errors, retries with backoff for idempotent calls.
+"""HTTP to the ledger (the default transport, the public contract): JSON in and out, typed
+errors, retries with backoff for idempotent calls.
 
 httpx is imported when the first client is built, not when `intentledger` is imported, so an
 agent process that only imports the SDK pays nothing for it.
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     import httpx
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
+# 502 from the gateway is the tool's own stored failure (`tool_failed`), not an outage
+GATEWAY_RETRY_STATUSES = frozenset({500, 503, 504})
 
 
 def tls_verification(url: str) -> Any:
@@ -69,8 +72,12 @@ class Response:
     headers: dict[str, str]
 
 
-class Transport:
-    """One connection pool per Ledger; safe to share with the heartbeat thread."""
+class HttpTransport:
+    """One connection pool per Ledger; safe to share with the heartbeat thread.
+
+    The named methods are the SDK's calls (intentledger._transport.Transport); `request` is the
+    raw call under them.
+    """
 
     def __init__(
         self,
@@ -84,6 +91,7 @@ class Transport:
     ) -> None:
         self._httpx = import_httpx()
         self.url = url.rstrip("/")
+        self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -159,6 +167,130 @@ class Transport:
                 )
             raise error
 
+    # --- the SDK's calls (intentledger._transport.Transport) ----------------------------------
+
+    def create_run(self, *, agent: str, input: Any, external_id: str | None) -> dict[str, Any]:
+        body = {"agent": agent, "input": input, "external_id": external_id}
+        # without an external id a repeat would make a second run: sent again only unsent
+        return self._body("POST", "/api/v1/runs/", json=body, idempotent=external_id is not None)
+
+    def get_run(self, run_id: str, *, wait: int | None = None) -> dict[str, Any]:
+        if wait is None:
+            return self._body("GET", f"/api/v1/runs/{run_id}/")
+        return self._body(
+            "GET", f"/api/v1/runs/{run_id}/", params={"wait": wait}, timeout=wait + self.timeout
+        )
+
+    def find_runs(
+        self, *, agent: str, external_id: str, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"agent": agent, "external_id": external_id}
+        if limit is not None:
+            params["limit"] = limit
+        body = self._body("GET", "/api/v1/runs/", params=params)
+        return list(body.get("runs") or [])
+
+    def journal(self, run_id: str) -> dict[str, Any]:
+        return self._body("GET", f"/api/v1/runs/{run_id}/journal")
+
+    def lease(self, run_id: str, *, worker: str, ttl_seconds: int) -> dict[str, Any]:
+        body = {"worker": worker, "ttl_seconds": ttl_seconds}
+        return self._body("POST", f"/api/v1/runs/{run_id}/lease", json=body)
+
+    def heartbeat(self, run_id: str, *, epoch: int) -> dict[str, Any]:
+        return self._write(f"/api/v1/runs/{run_id}/heartbeat", {"epoch": epoch})
+
+    def step_record(
+        self,
+        run_id: str,
+        *,
+        epoch: int,
+        index: int,
+        kind: str,
+        name: str,
+        effect: str,
+        arguments: dict[str, Any],
+        enforced_by: str | None = None,
+        outcome: dict[str, Any] | None = None,
+        invoke: bool = False,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "epoch": epoch,
+            "index": index,
+            "kind": kind,
+            "name": name,
+            "effect": effect,
+            "arguments": arguments,
+        }
+        if enforced_by is not None:
+            body["enforced_by"] = enforced_by
+        if outcome is not None:
+            body["outcome"] = outcome
+        if invoke:
+            body["invoke"] = True
+        return self._write(f"/api/v1/runs/{run_id}/steps/", body)
+
+    def step_outcome(
+        self,
+        run_id: str,
+        index: int,
+        *,
+        epoch: int,
+        status: str,
+        result: Any,
+        usage: dict[str, Any],
+    ) -> dict[str, Any]:
+        body = {"epoch": epoch, "status": status, "result": result, "usage": usage}
+        return self._write(f"/api/v1/runs/{run_id}/steps/{index}/outcome", body)
+
+    def step_wait(self, run_id: str, index: int, *, wait: int) -> dict[str, Any]:
+        return self._body(
+            "GET", f"/api/v1/runs/{run_id}/steps/{index}/?wait={wait}", timeout=wait + 15
+        )
+
+    def run_complete(self, run_id: str, *, epoch: int, output: Any) -> dict[str, Any]:
+        return self._write(f"/api/v1/runs/{run_id}/complete", {"epoch": epoch, "output": output})
+
+    def run_fail(self, run_id: str, *, epoch: int, error: Any) -> dict[str, Any]:
+        return self._write(f"/api/v1/runs/{run_id}/fail", {"epoch": epoch, "error": error})
+
+    def tool_invoke(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        idempotency_key: str | None,
+        epoch: int | None,
+    ) -> Any:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        if idempotency_key and epoch is not None:
+            headers["Ledger-Epoch"] = str(epoch)
+        body = self.request(
+            "POST",
+            f"/api/v1/tools/{name}/invoke",
+            json={"arguments": arguments},
+            headers=headers or None,
+            # safe to resend either way: with a key the gateway runs it at most once; without
+            # one only read tools are accepted (a write is refused with 400)
+            idempotent=True,
+            retry_on=GATEWAY_RETRY_STATUSES,
+        ).body
+        return body.get("result") if isinstance(body, dict) else body
+
+    def tools_list(self) -> list[dict[str, Any]]:
+        return list(self._body("GET", "/api/v1/tools/")["tools"])
+
+    def mcp_tools_report(self, *, server: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        body = {"server": server, "tools": tools}
+        return list(self._body("POST", "/api/v1/mcp/tools/", json=body)["tools"])
+
+    def _body(self, method: str, path: str, **options: Any) -> Any:
+        return self.request(method, path, **options).body
+
+    def _write(self, path: str, body: dict[str, Any]) -> Any:
+        """A fenced write: 202 is an answer too (a step an approval rule holds)."""
+        return self.request("POST", path, json=body, accept=(200, 201, 202)).body
+
     def _sleep(self, attempt: int, retry_after: str | None = None) -> None:
         delay = min(self.max_backoff, self.backoff * (2**attempt))
         if retry_after:
@@ -176,4 +308,4 @@ def _json_of(response: httpx.Response) -> Any:
         return {"error": {"code": f"http_{response.status_code}", "message": response.text[:300]}}
 
 
-__all__ = ["LedgerError", "Response", "Transport"]
+__all__ = ["HttpTransport", "LedgerError", "Response"]

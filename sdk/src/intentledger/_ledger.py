@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from intentledger._http import Transport
+from intentledger._http import HttpTransport
 from intentledger._run import Run, StepInfo
+
+if TYPE_CHECKING:
+    from intentledger._transport import Transport
 
 MAX_WAIT_SECONDS = 60  # the most one ?wait= call may ask for
 SETTLED_STATUSES = frozenset(
@@ -31,6 +34,9 @@ class Ledger:
 
     `retries` and `backoff` apply to connection errors and 5xx answers of the idempotent
     calls (everything but creating a run without an external_id).
+
+    `transport`: how to reach the journal instead of HTTP to `url` (a worker beside the
+    database passes the server's in-process transport); same answers, same exceptions.
     """
 
     def __init__(
@@ -41,7 +47,14 @@ class Ledger:
         timeout: float = 10.0,
         retries: int = 5,
         backoff: float = 0.1,
+        transport: Transport | None = None,
     ) -> None:
+        self.url: str | None = None
+        if transport is not None:
+            if url or token:
+                raise ValueError("Ledger takes a url and a token, or a transport, not both.")
+            self._transport: Transport = transport
+            return
         url = url or os.environ.get("INTENTLEDGER_URL")
         token = token or os.environ.get("INTENTLEDGER_TOKEN")
         if not url or not token:
@@ -49,8 +62,7 @@ class Ledger:
                 "Ledger needs a url and a token (or INTENTLEDGER_URL / INTENTLEDGER_TOKEN)."
             )
         self.url = url.rstrip("/")
-        self._timeout = timeout
-        self._transport = Transport(
+        self._transport = HttpTransport(
             self.url, token, timeout=timeout, retries=retries, backoff=backoff
         )
 
@@ -105,15 +117,11 @@ class Ledger:
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         """The run's representation (status, budget, lease)."""
-        body: dict[str, Any] = self._transport.request("GET", f"/api/v1/runs/{run_id}/").body
-        return body
+        return self._transport.get_run(str(run_id))
 
     def find(self, agent: str, external_id: str) -> dict[str, Any] | None:
         """The run of `agent` with `external_id` (a call that timed out made it?), or None."""
-        body = self._transport.request(
-            "GET", "/api/v1/runs/", params={"agent": agent, "external_id": external_id}
-        ).body
-        runs = body.get("runs") if isinstance(body, dict) else None
+        runs = self._transport.find_runs(agent=agent, external_id=external_id)
         return dict(runs[0]) if runs else None
 
     def wait(self, run_id: str, *, timeout: float = 60.0) -> dict[str, Any]:
@@ -123,19 +131,13 @@ class Ledger:
         while True:
             remaining = deadline - time.monotonic()
             seconds = max(0, min(MAX_WAIT_SECONDS, int(remaining)))
-            run: dict[str, Any] = self._transport.request(
-                "GET",
-                f"/api/v1/runs/{run_id}/",
-                params={"wait": seconds},
-                timeout=seconds + self._timeout,
-            ).body
+            run = self._transport.get_run(str(run_id), wait=seconds)
             if run.get("status") in SETTLED_STATUSES or deadline - time.monotonic() < 1:
                 return run
 
     def journal(self, run_id: str) -> dict[str, Any]:
         """{steps, events}: the run's transcript and hash-chained history."""
-        body: dict[str, Any] = self._transport.request("GET", f"/api/v1/runs/{run_id}/journal").body
-        return body
+        return self._transport.journal(str(run_id))
 
     def close(self) -> None:
         self._transport.close()

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from intentledger.errors import (
     ApprovalDenied,
@@ -29,6 +29,8 @@ from intentledger.errors import (
 if TYPE_CHECKING:
     from intentledger._ledger import Ledger
 
+T = TypeVar("T")
+
 logger = logging.getLogger("intentledger")
 
 Effect = Literal["read", "write"]
@@ -41,8 +43,6 @@ _current: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
 IN_PROGRESS_WAIT_SECONDS = 30.0
 # one long poll for an approval decision (the server answers at once when people decide)
 APPROVAL_POLL_SECONDS = 25
-# 502 from the gateway is the tool's own stored failure (`tool_failed`), not an outage
-GATEWAY_RETRY_STATUSES = frozenset({500, 503, 504})
 TOOL_REFUSAL_STATUSES = frozenset({400, 404, 409, 502})
 
 
@@ -137,7 +137,7 @@ class Run:
         if not 5 <= ttl_seconds <= 600:
             raise ValueError("ttl_seconds must be between 5 and 600")
         self._ledger = ledger
-        self._http = ledger._transport
+        self._transport = ledger._transport
         self.agent = agent
         self.input = input
         self.external_id = external_id
@@ -167,10 +167,9 @@ class Run:
     def __enter__(self) -> Run:
         if not self.id:
             assert self.agent is not None
-            body = {"agent": self.agent, "input": self.input, "external_id": self.external_id}
-            created = self._http.request(
-                "POST", "/api/v1/runs/", json=body, idempotent=self.external_id is not None
-            ).body
+            created = self._transport.create_run(
+                agent=self.agent, input=self.input, external_id=self.external_id
+            )
             self.id = created["id"]
         self.lease()
         self._token = _current.set(self)
@@ -183,11 +182,7 @@ class Run:
     def lease(self) -> dict[str, Any]:
         """Acquire the lease: a new epoch fences earlier holders; returns the grant."""
         sent = time.monotonic()
-        grant = self._http.request(
-            "POST",
-            f"/api/v1/runs/{self.id}/lease",
-            json={"worker": self.worker, "ttl_seconds": self.ttl_seconds},
-        ).body
+        grant = self._transport.lease(self.id, worker=self.worker, ttl_seconds=self.ttl_seconds)
         self.lease_seconds = time.monotonic() - sent
         self._lease_deadline = sent + self.ttl_seconds
         self.epoch = int(grant["epoch"])
@@ -214,7 +209,7 @@ class Run:
             raise self._stopped
         if exc is None:
             self.info = self._write(
-                f"/api/v1/runs/{self.id}/complete", {"epoch": self.epoch, "output": self.output}
+                self._transport.run_complete, self.id, epoch=self.epoch, output=self.output
             )
         elif isinstance(exc, Exception) and not isinstance(
             exc, StopRun | NondeterminismError | LedgerUnavailable
@@ -222,7 +217,7 @@ class Run:
             error = {"type": type(exc).__name__, "message": str(exc)[:2000]}
             try:
                 self.info = self._write(
-                    f"/api/v1/runs/{self.id}/fail", {"epoch": self.epoch, "error": error}
+                    self._transport.run_fail, self.id, epoch=self.epoch, error=error
                 )
             except LedgerError as fail_error:
                 logger.warning("could not record the failure of run %s: %s", self.id, fail_error)
@@ -327,23 +322,11 @@ class Run:
         `intent_not_journalled`); the gateway records that step's outcome itself.
         """
         self._check_lease_for_write()
-        headers = (
-            {"Idempotency-Key": idempotency_key, "Ledger-Epoch": str(self.epoch)}
-            if idempotency_key
-            else None
-        )
         waited_since = time.monotonic()
         while True:
             try:
-                response = self._http.request(
-                    "POST",
-                    f"/api/v1/tools/{name}/invoke",
-                    json={"arguments": dict(arguments)},
-                    headers=headers,
-                    # safe to resend either way: with a key the gateway runs it at most once;
-                    # without one only read tools are accepted (a write is refused with 400)
-                    idempotent=True,
-                    retry_on=GATEWAY_RETRY_STATUSES,
+                return self._transport.tool_invoke(
+                    name, dict(arguments), idempotency_key=idempotency_key, epoch=self.epoch
                 )
             except LedgerError as error:
                 if error.code == "idempotency_in_progress":
@@ -362,8 +345,6 @@ class Run:
                     # the tool refused or failed (stored for the key): a recorded error step
                     raise _ToolRefused(error) from error
                 raise
-            body = response.body
-            return body.get("result") if isinstance(body, dict) else body
 
     # --- internals ------------------------------------------------------------------------
 
@@ -520,20 +501,19 @@ class Run:
         *,
         outcome: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "epoch": self.epoch,
-            "index": index,
-            "kind": kind,
-            "name": name,
-            "effect": effect,
-            "arguments": args,
-        }
-        if enforced_by is not None:
-            body["enforced_by"] = enforced_by
-        if outcome is not None:
-            body["outcome"] = outcome
         try:
-            step: dict[str, Any] = self._write(f"/api/v1/runs/{self.id}/steps/", body)
+            step = self._write(
+                self._transport.step_record,
+                self.id,
+                epoch=self.epoch,
+                index=index,
+                kind=kind,
+                name=name,
+                effect=effect,
+                arguments=args,
+                enforced_by=enforced_by,
+                outcome=outcome,
+            )
         except LedgerError as error:
             if error.code == "budget_exceeded" and isinstance(error.details.get("step"), dict):
                 self.journal[index] = error.details["step"]
@@ -554,11 +534,7 @@ class Run:
         while True:
             if self._stopped is not None:
                 raise self._stopped
-            step: dict[str, Any] = self._http.request(
-                "GET",
-                f"/api/v1/runs/{self.id}/steps/{index}/?wait={APPROVAL_POLL_SECONDS}",
-                timeout=APPROVAL_POLL_SECONDS + 15,
-            ).body
+            step = self._transport.step_wait(self.id, index, wait=APPROVAL_POLL_SECONDS)
             self.journal[index] = step
             if step["state"] == "denied":
                 raise _denied(step)
@@ -566,22 +542,23 @@ class Run:
                 return
 
     def _gateway_step(self, index: int, name: str, effect: str, args: dict[str, Any]) -> Any:
-        """POST .../steps/ with `"invoke": true`: the step done or error, in one HTTP call."""
+        """A step with `invoke`: the step done or error, in one call of the transport."""
         if effect == "write":
             self._check_lease_for_write()
-        body: dict[str, Any] = {
-            "epoch": self.epoch,
-            "index": index,
-            "kind": "tool",
-            "name": name,
-            "effect": effect,
-            "arguments": args,
-            "invoke": True,
-        }
         waited_since = time.monotonic()
         while True:
             try:
-                return self._write(f"/api/v1/runs/{self.id}/steps/", body)
+                return self._write(
+                    self._transport.step_record,
+                    self.id,
+                    epoch=self.epoch,
+                    index=index,
+                    kind="tool",
+                    name=name,
+                    effect=effect,
+                    arguments=args,
+                    invoke=True,
+                )
             except LedgerError as error:
                 if error.code == "budget_exceeded" and isinstance(error.details.get("step"), dict):
                     self.journal[index] = error.details["step"]
@@ -598,9 +575,16 @@ class Run:
     def _outcome(
         self, index: int, status: str, result: Any, usage: dict[str, Any]
     ) -> dict[str, Any]:
-        body = {"epoch": self.epoch, "status": status, "result": result, "usage": usage}
         try:
-            answer = self._write(f"/api/v1/runs/{self.id}/steps/{index}/outcome", body)
+            answer = self._write(
+                self._transport.step_outcome,
+                self.id,
+                index,
+                epoch=self.epoch,
+                status=status,
+                result=result,
+                usage=usage,
+            )
         except LedgerError as error:
             if error.code == "budget_exceeded" and isinstance(error.details.get("step"), dict):
                 # the outcome is recorded (usage is a fact); the run stops here
@@ -611,12 +595,12 @@ class Run:
         step: dict[str, Any] = answer["step"]
         return step
 
-    def _write(self, path: str, body: dict[str, Any]) -> Any:
+    def _write(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Every write is fenced: after a refusal that means "stop", nothing more is sent."""
         if self._stopped is not None:
             raise self._stopped
         try:
-            return self._http.request("POST", path, json=body, accept=(200, 201, 202)).body
+            return call(*args, **kwargs)
         except StopRun as stop:
             raise self._stop(stop) from None
 
@@ -639,7 +623,7 @@ class Run:
     def _heartbeat_once(self) -> None:
         sent = time.monotonic()
         try:
-            self._write(f"/api/v1/runs/{self.id}/heartbeat", {"epoch": self.epoch})
+            self._write(self._transport.heartbeat, self.id, epoch=self.epoch)
             self._lease_deadline = sent + self.ttl_seconds
         except StopRun:
             logger.warning("run %s: lease lost (epoch %s); stopping", self.id, self.epoch)

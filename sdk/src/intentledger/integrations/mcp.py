@@ -262,11 +262,9 @@ class Runs:
             return base if number == 1 else f"{base}{SERIES_SEPARATOR}{number}"
 
         def status(number: int) -> str | None:
-            found = self.ledger._transport.request(
-                "GET",
-                "/api/v1/runs/",
-                params={"agent": agent, "external_id": named(number), "limit": 1},
-            ).body["runs"]
+            found = self.ledger._transport.find_runs(
+                agent=agent, external_id=named(number), limit=1
+            )
             return str(found[0]["status"]) if found else None
 
         last, missing = 1, 2  # `base` exists (it is finished); find the last one by doubling
@@ -391,18 +389,17 @@ class Gateway:
 
     def report(self, tools: list[types.Tool]) -> dict[str, str]:
         """Tell the ledger what the upstream lists (the dashboard shows it); the admins' marks."""
-        body = {
-            "server": self.server_name,
-            "tools": [
-                {
-                    "name": tool.name,
-                    "read_only_hint": bool(tool.annotations and tool.annotations.read_only_hint),
-                }
-                for tool in tools
-            ],
-        }
-        answer = self.runs.ledger._transport.request("POST", "/api/v1/mcp/tools/", json=body).body
-        return {tool["name"]: tool["mark"] for tool in answer["tools"] if tool["mark"]}
+        reported = [
+            {
+                "name": tool.name,
+                "read_only_hint": bool(tool.annotations and tool.annotations.read_only_hint),
+            }
+            for tool in tools
+        ]
+        marked = self.runs.ledger._transport.mcp_tools_report(
+            server=self.server_name, tools=reported
+        )
+        return {tool["name"]: tool["mark"] for tool in marked if tool["mark"]}
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         listed = await self.upstream.list_tools()
@@ -692,10 +689,8 @@ class LedgerToolServer:
         )
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
-        body = await asyncio.to_thread(
-            lambda: self.ledger._transport.request("GET", "/api/v1/tools/").body
-        )
-        self.tools = {tool["name"]: tool for tool in body["tools"]}
+        listed = await asyncio.to_thread(self.ledger._transport.tools_list)
+        self.tools = {tool["name"]: tool for tool in listed}
         return types.ListToolsResult(
             tools=[
                 types.Tool(
@@ -704,7 +699,7 @@ class LedgerToolServer:
                     input_schema=_input_schema(tool.get("arguments") or {}),
                     annotations=types.ToolAnnotations(read_only_hint=tool["effect"] == "read"),
                 )
-                for tool in body["tools"]
+                for tool in listed
             ]
         )
 
