@@ -1,0 +1,42 @@
+"""The tools MCP proxies found upstream, and an admin's mark on one."""
+
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from review.services import mcp_tools as mcp_tool_services
+from review.views.common import require_perm, tell
+from tools.models import McpTool, McpToolMark
+
+
+@require_GET
+@require_perm("manage_policies")
+def mcp_tools(request: HttpRequest) -> HttpResponse:
+    """The tools MCP proxies found upstream: the server's hint and the admins' mark on each."""
+    rows = list(McpTool.objects.order_by("server", "name"))
+    return render(
+        request,
+        "review/mcp_tools.html",
+        {"nav": "mcp_tools", "tools": rows, "marks": McpToolMark.choices},
+    )
+
+
+@require_POST
+@require_perm("manage_policies")
+def mcp_tool_mark(request: HttpRequest, tool_id: int) -> HttpResponse:
+    get_object_or_404(McpTool, pk=tool_id)
+    tell(
+        request,
+        lambda: mcp_tool_services.mcp_tool_mark(
+            user=request.user,  # type: ignore[arg-type]
+            tool_id=tool_id,
+            mark=request.POST.get("mark", ""),
+            note=request.POST.get("note", ""),
+        ),
+        lambda tool: (
+            f"{tool.server}/{tool.name} is now treated as a {tool.effect}; "
+            "proxies honour it from their next tools/list."
+        ),
+    )
+    return HttpResponseRedirect(reverse("review:mcp_tools"))
