@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from mozilla_django_oidc.views import OIDCAuthenticationRequestView
 
 from review.roles import GROUP_PERMISSIONS
-from review.views.common import require_perm, tell
+from review.views.common import page_action, require_perm, tell
 from sso import services
 from sso.backend import LedgerOIDCBackend, TokenRejected, library_settings
 from sso.conf import ProviderUnreachable, SsoSettings, discover, local_login_enabled, sso_settings
@@ -294,23 +294,15 @@ def people_groups(request: HttpRequest, user_id: int) -> HttpResponse:
     return _back()
 
 
-@require_POST
-@require_perm("manage_people")
-def people_deactivate(request: HttpRequest, user_id: int) -> HttpResponse:
-    tell(
-        request,
-        lambda: services.people_deactivate(actor=request.user, user_id=user_id),  # type: ignore[arg-type]
-        lambda done: f"{done[0].username} deactivated; {done[1]} session(s) ended.",
-    )
-    return _back()
+@page_action("manage_people", back="sso:people")
+def people_deactivate(request: HttpRequest, user_id: int) -> str:
+    """Deactivate a person: they cannot sign in, and their sessions end now."""
+    user, sessions = services.people_deactivate(actor=request.user, user_id=user_id)  # type: ignore[arg-type]
+    return f"{user.username} deactivated; {sessions} session(s) ended."
 
 
-@require_POST
-@require_perm("manage_people")
-def people_reactivate(request: HttpRequest, user_id: int) -> HttpResponse:
-    tell(
-        request,
-        lambda: services.people_reactivate(actor=request.user, user_id=user_id),  # type: ignore[arg-type]
-        lambda user: f"{user.username} can sign in again.",
-    )
-    return _back()
+@page_action("manage_people", back="sso:people")
+def people_reactivate(request: HttpRequest, user_id: int) -> str:
+    """Let a deactivated person sign in again (their groups are as they were)."""
+    user = services.people_reactivate(actor=request.user, user_id=user_id)  # type: ignore[arg-type]
+    return f"{user.username} can sign in again."

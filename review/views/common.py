@@ -9,8 +9,10 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from review.audit import audit_record
@@ -140,3 +142,21 @@ def person(request: HttpRequest) -> AbstractBaseUser:
     """The signed-in person making the request (views behind `require_perm` have one)."""
     assert isinstance(request.user, AbstractBaseUser)
     return request.user
+
+
+def page_action(permission: str, back: str) -> Callable[[Callable[..., str]], View]:
+    """Makes a POST action of a list page (review.<permission>) of a function that calls one
+    service and returns what to tell the person; a refusal is told instead (`tell`). Back to
+    the page whose URL name is `back` either way. The view keeps the function's name."""
+
+    def decorate(act: Callable[..., str]) -> View:
+        @require_POST
+        @require_perm(permission)
+        @wraps(act)
+        def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            tell(request, lambda: act(request, *args, **kwargs), str)
+            return HttpResponseRedirect(reverse(back))
+
+        return view
+
+    return decorate

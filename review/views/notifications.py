@@ -4,7 +4,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods
 
 from review import selectors
 from review.forms import WebhookForm
@@ -15,7 +15,7 @@ from review.services.webhooks import (
     escalation_webhook_set_active,
     escalation_webhook_test,
 )
-from review.views.common import require_perm, tell
+from review.views.common import page_action, person, require_perm
 from runs.api_errors import ApplicationError
 
 
@@ -49,49 +49,24 @@ def notifications(request: HttpRequest) -> HttpResponse:
     )
 
 
-@require_POST
-@require_perm("manage_policies")
-def webhook_active(request: HttpRequest, webhook_id: int) -> HttpResponse:
+@page_action("manage_policies", back="review:notifications")
+def webhook_active(request: HttpRequest, webhook_id: int) -> str:
     """Turn a webhook off (escalations are not posted to it) or on again."""
     active = request.POST.get("active") == "on"
-    tell(
-        request,
-        lambda: escalation_webhook_set_active(
-            user=request.user,  # type: ignore[arg-type]
-            webhook_id=webhook_id,
-            active=active,
-        ),
-        lambda hook: f"Webhook {hook.url} is {'on' if hook.active else 'off'}.",
+    hook = escalation_webhook_set_active(user=person(request), webhook_id=webhook_id, active=active)
+    return f"Webhook {hook.url} is {'on' if hook.active else 'off'}."
+
+
+@page_action("manage_policies", back="review:notifications")
+def webhook_delete(request: HttpRequest, webhook_id: int) -> str:
+    """Remove a webhook; its undelivered posts are dropped with it."""
+    return (
+        f"Webhook {escalation_webhook_delete(user=person(request), webhook_id=webhook_id)} removed."
     )
-    return HttpResponseRedirect(reverse("review:notifications"))
 
 
-@require_POST
-@require_perm("manage_policies")
-def webhook_delete(request: HttpRequest, webhook_id: int) -> HttpResponse:
-    tell(
-        request,
-        lambda: escalation_webhook_delete(
-            user=request.user,  # type: ignore[arg-type]
-            webhook_id=webhook_id,
-        ),
-        lambda url: f"Webhook {url} removed.",
-    )
-    return HttpResponseRedirect(reverse("review:notifications"))
-
-
-@require_POST
-@require_perm("manage_policies")
-def webhook_test(request: HttpRequest, webhook_id: int) -> HttpResponse:
+@page_action("manage_policies", back="review:notifications")
+def webhook_test(request: HttpRequest, webhook_id: int) -> str:
     """Send a signed test post; the page shows how it went once it is delivered or fails."""
-    tell(
-        request,
-        lambda: escalation_webhook_test(
-            user=request.user,  # type: ignore[arg-type]
-            webhook_id=webhook_id,
-        ),
-        lambda delivery: (
-            f"Test post queued to {delivery.webhook.url}: reload this page to see it land."
-        ),
-    )
-    return HttpResponseRedirect(reverse("review:notifications"))
+    delivery = escalation_webhook_test(user=person(request), webhook_id=webhook_id)
+    return f"Test post queued to {delivery.webhook.url}: reload this page to see it land."

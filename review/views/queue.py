@@ -230,13 +230,16 @@ def queue_item_action[F: forms.Form](
 RESOLVED_WORDS = {"sent": "marked as sent", "retry": "sent back for retry", "abandon": "abandoned"}
 
 
+def _decided_by(request: HttpRequest, step: Step) -> dict[str, Any]:
+    """Who decides which item: the keyword arguments every desk service starts with."""
+    return {"user": person(request), "run_id": step.run_id, "index": step.index}
+
+
 @queue_item_action(ResolveForm, keep_form=True)
 def queue_resolve(request: HttpRequest, step: Step, fields: dict[str, Any]) -> str:
     """Resolve an unknown item as sent, retry or abandon (a risky retry needs its confirmation)."""
     resolved = review_step_resolve(
-        user=person(request),
-        run_id=step.run_id,
-        index=step.index,
+        **_decided_by(request, step),
         action=fields["action"],
         note=fields["note"],
         result=fields["result"],
@@ -248,43 +251,37 @@ def queue_resolve(request: HttpRequest, step: Step, fields: dict[str, Any]) -> s
 @queue_item_action()
 def queue_claim(request: HttpRequest, step: Step, fields: dict[str, Any]) -> str:
     """Claim the item for a while, so the other supervisors see who is working on it."""
-    review_step_claim(user=person(request), run_id=step.run_id, index=step.index)
+    review_step_claim(**_decided_by(request, step))
     return "You claimed this item."
-
-
-@queue_item_action(ApproveForm)
-def queue_approve(request: HttpRequest, step: Step, fields: dict[str, Any]) -> str:
-    """One person's approval of a step waiting for it; a rule may ask for more than one."""
-    approved = review_step_approve(
-        user=person(request), run_id=step.run_id, index=step.index, note=fields["note"]
-    )
-    if approved.state == StepState.AWAITING_APPROVAL:
-        return "Your approval is recorded; one more is needed."
-    return f"Step {approved.index} approved: the agent may run it now."
 
 
 @queue_item_action()
 def queue_release(request: HttpRequest, step: Step, fields: dict[str, Any]) -> str:
     """Give up one's own claim on the item."""
-    review_step_release(user=person(request), run_id=step.run_id, index=step.index)
+    review_step_release(**_decided_by(request, step))
     return "Claim released."
+
+
+@queue_item_action(ApproveForm)
+def queue_approve(request: HttpRequest, step: Step, fields: dict[str, Any]) -> str:
+    """One person's approval of a step waiting for it; a rule may ask for more than one."""
+    approved = review_step_approve(**_decided_by(request, step), note=fields["note"])
+    if approved.state == StepState.AWAITING_APPROVAL:
+        return "Your approval is recorded; one more is needed."
+    return f"Step {approved.index} approved: the agent may run it now."
 
 
 @queue_item_action(DenyForm)
 def queue_deny(request: HttpRequest, step: Step, fields: dict[str, Any]) -> str:
     """Deny a step waiting for approval: it will not run, and the agent is told so."""
-    denied = review_step_deny(
-        user=person(request), run_id=step.run_id, index=step.index, note=fields["note"]
-    )
+    denied = review_step_deny(**_decided_by(request, step), note=fields["note"])
     return f"Step {denied.index} denied: it will not run."
 
 
 @queue_item_action(AssignForm)
 def queue_assign(request: HttpRequest, step: Step, fields: dict[str, Any]) -> str:
     """Give the item to a person who may decide it (a claim in their name)."""
-    assigned = review_step_assign(
-        user=person(request), run_id=step.run_id, index=step.index, assignee=fields["assignee"]
-    )
+    assigned = review_step_assign(**_decided_by(request, step), assignee=fields["assignee"])
     return f"Assigned to {assigned.claimed_by}."
 
 
