@@ -7,6 +7,7 @@ without a lock: the journal refuses a second decision on a step already resolved
 """
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -178,29 +179,17 @@ def review_steps_decide(
             + ".",
             status_code=400,
         )
+    decide: Callable[..., Step]
+    if action in BULK_RESOLUTIONS:
+        decide = partial(
+            review_step_resolve, action=action, confirmed_may_repeat=confirmed_may_repeat
+        )
+    elif action in ("approve", "deny"):
+        decide = review_step_approve if action == "approve" else review_step_deny
+    else:
+        raise ApplicationError("validation_error", "Unknown action.", status_code=400)
     with transaction.atomic():
-        decided = []
-        for run_id, index in items:
-            if action in BULK_RESOLUTIONS:
-                decided.append(
-                    review_step_resolve(
-                        user=user,
-                        run_id=run_id,
-                        index=index,
-                        action=action,
-                        note=note,
-                        confirmed_may_repeat=confirmed_may_repeat,
-                    )
-                )
-            elif action == "approve":
-                decided.append(
-                    review_step_approve(user=user, run_id=run_id, index=index, note=note)
-                )
-            elif action == "deny":
-                decided.append(review_step_deny(user=user, run_id=run_id, index=index, note=note))
-            else:
-                raise ApplicationError("validation_error", "Unknown action.", status_code=400)
-        return decided
+        return [decide(user=user, run_id=r, index=i, note=note) for r, i in items]
 
 
 def review_step_settle_by_lookup(*, run_id: UUID | str, index: int) -> LookupAnswer | None:

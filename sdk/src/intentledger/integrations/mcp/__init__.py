@@ -38,6 +38,7 @@ gateway under the step's key.
 """
 
 from intentledger.integrations.mcp.cli import proxy_main, serve_main
+from intentledger.integrations.mcp.config import ToolPolicy
 from intentledger.integrations.mcp.http import serve_http
 from intentledger.integrations.mcp.proxy import Gateway, proxy_stdio
 from intentledger.integrations.mcp.serve import LedgerToolServer, serve_stdio
@@ -47,6 +48,7 @@ __all__ = [
     "Gateway",
     "LedgerToolServer",
     "Runs",
+    "ToolPolicy",
     "UpstreamLost",
     "proxy_main",
     "proxy_stdio",

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from intentledger._ledger import Ledger
+from intentledger.integrations.mcp.config import ToolPolicy
 from intentledger.integrations.mcp.http import HTTP_TOKEN_ENV, serve_http
 from intentledger.integrations.mcp.proxy import proxy_stdio
 from intentledger.integrations.mcp.serve import serve_stdio
@@ -48,16 +49,14 @@ def proxy_main(args: Any) -> int:
     upstream = args.upstream.strip()
     if not upstream:
         raise SystemExit("--upstream needs a command or a URL")
+    policy = ToolPolicy.of(args.read, args.write, args.keyed)
     with Ledger(args.ledger_url, args.ledger_token) as ledger:
-        return asyncio.run(
-            proxy_stdio(
-                upstream,
-                ledger=ledger,
-                agent=args.agent,
-                external_id=args.run,
-                worker=args.worker,
-                read=args.read,
-                write=args.write,
-                keyed=args.keyed,
-            )
+        proxy = proxy_stdio(
+            upstream,
+            ledger=ledger,
+            agent=args.agent,
+            external_id=args.run,
+            worker=args.worker,
+            policy=policy,
         )
+        return asyncio.run(proxy)

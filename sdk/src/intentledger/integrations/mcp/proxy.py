@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -22,6 +22,7 @@ from intentledger._ledger import Ledger
 from intentledger._run import Run
 from intentledger.errors import LedgerError, LedgerUnavailable, StopRun
 from intentledger.integrations._core import JournalError, journal_from_async, journalable
+from intentledger.integrations.mcp.config import ToolPolicy
 from intentledger.integrations.mcp.sessions import (
     RunCalls,
     Runs,
@@ -50,32 +51,24 @@ class Gateway:
         *,
         server_name: str,
         runs: Runs,
-        agent: str,
-        default_run: str,
-        read: Iterable[str] = (),
-        write: Iterable[str] = (),
-        keyed: Iterable[str] = (),
+        policy: ToolPolicy,
     ) -> None:
         self.upstream = upstream
         self.server_name = server_name
         self.runs = runs
-        self.agent, self.default_run = agent, default_run
-        self.read, self.write, self.keyed = set(read), set(write), set(keyed)
+        if runs.session is None:
+            raise ValueError("a proxy session has a run of its own (--agent, --run)")
+        self.agent, self.default_run = runs.session
+        self.policy = policy
         self.tools: dict[str, types.Tool] = {}
         self.marks: dict[str, str] = {}  # tool name -> "read" | "write", set by an admin
         self.lost: UpstreamLost | None = None  # the upstream went away: every call is refused
 
     def effect(self, name: str) -> tuple[str, Any]:
-        """An admin's mark (the dashboard) first, then `--read`/`--write`, then the hint."""
-        write = ("write", "tool" if name in self.keyed else "nobody")
-        mark = self.marks.get(name)
-        if mark:
-            return ("read", None) if mark == "read" else write
+        """The tool's effect under the policy, with the admins' marks and the upstream's hint."""
         tool = self.tools.get(name)
         hinted = bool(tool and tool.annotations and tool.annotations.read_only_hint)
-        if name in self.read or (hinted and name not in self.write):
-            return "read", None
-        return write
+        return self.policy.effect(name, mark=self.marks.get(name), hinted=hinted)
 
     def report(self, tools: list[types.Tool]) -> dict[str, str]:
         """Tell the ledger what the upstream lists (the dashboard shows it); the admins' marks."""
@@ -260,12 +253,11 @@ async def proxy_stdio(
     agent: str,
     external_id: str,
     worker: str | None = None,
-    read: Iterable[str] = (),
-    write: Iterable[str] = (),
-    keyed: Iterable[str] = (),
+    policy: ToolPolicy | None = None,
 ) -> int:
     """Serve MCP on stdin/stdout in front of `upstream` (a command line or a streamable HTTP URL)
-    until the client disconnects."""
+    until the client disconnects; `policy` says which of its tools are reads and which writes
+    it enforces by key."""
     async with _connect(upstream) as (up_read, up_write), ClientSession(up_read, up_write) as up:
         initialized = await up.initialize()
         server_name = initialized.server_info.name or "upstream"
@@ -279,11 +271,7 @@ async def proxy_stdio(
             up,
             server_name=server_name,
             runs=runs,
-            agent=agent,
-            default_run=external_id,
-            read=read,
-            write=write,
-            keyed=keyed,
+            policy=policy or ToolPolicy(),
         )
         await runs.get(agent, external_id)  # attach (and recover) before the first call
         server: Server[Any] = Server(
