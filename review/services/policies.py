@@ -38,6 +38,23 @@ def _setting_values(setting: Model, fields: Iterable[str]) -> dict[str, Any]:
     }
 
 
+def _setting_audit(
+    user: AbstractBaseUser | str,
+    kind: str,
+    verb: str,
+    pk: Any,
+    note: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None = None,
+) -> None:
+    """A setting's change in the audit log: `<kind>.<verb>` on `<kind>:<pk>`, its fields before
+    and (unless deleted) after."""
+    details = {"before": before} if verb == "delete" else {"before": before, "after": after}
+    audit_record(
+        actor=user, action=f"{kind}.{verb}", target=f"{kind}:{pk}", note=note, details=details
+    )
+
+
 def _setting_save[M: Model](
     *,
     user: AbstractBaseUser | str,
@@ -65,13 +82,9 @@ def _setting_save[M: Model](
                 target.save()
         except IntegrityError as exc:
             raise conflict(exc) from exc
-        audit_record(
-            actor=user,
-            action=f"{kind}.create" if stored is None else f"{kind}.update",
-            target=f"{kind}:{target.pk}",
-            note=str(values.get("note", "")),
-            details={"before": before, "after": _setting_values(target, fields)},
-        )
+        after = _setting_values(target, fields)
+        verb = "create" if stored is None else "update"
+        _setting_audit(user, kind, verb, target.pk, str(values.get("note", "")), before, after)
         return target
 
 
@@ -116,12 +129,9 @@ def _default_replace(user: AbstractBaseUser | str, policy: BudgetPolicy) -> None
         before = _setting_values(old, POLICY_FIELDS)
         old.is_default = False
         old.save(update_fields=["is_default", "updated_at"])
-        audit_record(
-            actor=user,
-            action="policy.update",
-            target=f"policy:{old.pk}",
-            note=f"No longer the default: “{policy.name}” is. It applies to no agent now.",
-            details={"before": before, "after": _setting_values(old, POLICY_FIELDS)},
+        note = f"No longer the default: “{policy.name}” is. It applies to no agent now."
+        _setting_audit(
+            user, "policy", "update", old.pk, note, before, _setting_values(old, POLICY_FIELDS)
         )
 
 
@@ -169,13 +179,7 @@ def budget_policy_delete(*, user: AbstractBaseUser, policy_id: int, note: str = 
             raise ApplicationError("not_found", "No such policy.", status_code=404)
         values = _setting_values(policy, POLICY_FIELDS)
         policy.delete()
-        audit_record(
-            actor=user,
-            action="policy.delete",
-            target=f"policy:{policy_id}",
-            note=note,
-            details={"before": values},
-        )
+        _setting_audit(user, "policy", "delete", policy_id, note, values)
         return str(values["name"])
 
 
