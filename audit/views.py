@@ -41,7 +41,8 @@ from audit.retention import (
 from audit.signing import public_key_text, signing_key_id, signing_public_key
 from audit.verify import OFFLINE_FILES
 from review.audit import audit_record
-from review.views import run_page_post
+from review.views.common import person
+from review.views.runs import run_page_action
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.models import Run
@@ -270,22 +271,18 @@ def retention(request: HttpRequest) -> HttpResponse:
     )
 
 
-run_legal_hold = run_page_post(
-    "manage_audit",
-    LegalHoldForm,
-    lambda user, run, form: legal_hold_change(
-        actor=user,
+@run_page_action("manage_audit", LegalHoldForm, anchor="#legal-hold")
+def run_legal_hold(request: HttpRequest, run: Run, form: LegalHoldForm) -> str:
+    """Put a run on legal hold (retention keeps it) or lift the hold."""
+    held = legal_hold_change(
+        actor=person(request),
         run_id=run.pk,
         on=form.cleaned_data["hold"] == "on",
         note=form.cleaned_data["note"],
-    ),
-    lambda run: (
-        "The run is on legal hold: retention keeps it."
-        if run.legal_hold
-        else "Legal hold lifted: retention treats the run like any other."
-    ),
-    anchor="#legal-hold",
-)
+    )
+    if held.legal_hold:
+        return "The run is on legal hold: retention keeps it."
+    return "Legal hold lifted: retention treats the run like any other."
 
 
 def _recent_purges() -> list[Any]:

@@ -20,7 +20,7 @@ from django.db.models import Max
 from console.models import RunDay
 from console.rollup import day_start
 from review.selectors import DESK_STATES, review_runs_without_unknown
-from review.services import sla_seconds
+from review.services.escalations import sla_seconds
 from runs import clock
 from runs.constants import RunStatus, StepState
 from runs.models import Step

@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 
 from review.audit import audit_record
 from review.selectors import RunFilters, review_runs_without_unknown, runs_filtered
-from review.services import review_run_decide
+from review.services.runs import review_run_decide
 from runs.api_errors import ApplicationError, invalid, note_required
 from runs.constants import CANCELLABLE_STATUSES
 from runs.models import Run

@@ -16,25 +16,16 @@ from console import overview as fleet
 from console import services
 from console.forms import BulkForm, CancelForm, ForkForm
 from review.forms import RunFilterForm
-from review.views import (
-    _form_errors,
-    _run_post,
-    _tell,
-    query_without,
-    require_perm,
-    run_page_post,
-)
+from review.views.common import form_errors, person, query_without, require_perm, tell
+from review.views.runs import run_page_action, run_post
 from runs.models import Run
 
-run_cancel = run_page_post(
-    "run_actions",
-    CancelForm,
-    lambda user, run, form: services.console_run_cancel(
-        user=user, run_id=run.pk, **form.cleaned_data
-    ),
-    lambda _: "Run cancelled: its worker's next write is refused.",
-    anchor="#run-actions",
-)
+
+@run_page_action("run_actions", CancelForm, anchor="#run-actions")
+def run_cancel(request: HttpRequest, run: Run, form: CancelForm) -> str:
+    """Cancel a live run: the journal refuses its worker's next write."""
+    services.console_run_cancel(user=person(request), run_id=run.pk, **form.cleaned_data)
+    return "Run cancelled: its worker's next write is refused."
 
 
 def fork_create(user: Any, run: Run, form: ForkForm) -> Run:
@@ -52,7 +43,7 @@ def fork_outcome(fork: Run) -> str:
 def run_fork(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """The fork's page when it was created; otherwise the original run's actions, showing the
     fork's plan (the writes after the fork point to choose for, where it will run)."""
-    answer = _run_post(request, run_id, ForkForm, fork_create, ok=fork_outcome)
+    answer = run_post(request, run_id, ForkForm, fork_create, ok=fork_outcome)
     original, fork = answer
     if fork is None:
         plan = urlencode(
@@ -77,7 +68,7 @@ def bulk(request: HttpRequest) -> HttpResponse:
     form = BulkForm(request.POST or None, initial={"action": action})
     if request.method == "POST" and form.is_valid():
         verb = "Cancelled" if action == "cancel" else "Resumed"
-        outcome = _tell(
+        outcome = tell(
             request,
             lambda: services.console_bulk(
                 user=request.user,  # type: ignore[arg-type]
@@ -93,7 +84,7 @@ def bulk(request: HttpRequest) -> HttpResponse:
             ),
         )
     elif request.method == "POST":
-        messages.error(request, _form_errors(form))
+        messages.error(request, form_errors(form))
     count = services.bulk_count(filters, action)
     context = {
         "nav": "runs",

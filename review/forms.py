@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 
 from review.selectors import RunFilters
-from review.services import POLICY_FIELDS, RULE_FIELDS
+from review.services.policies import POLICY_FIELDS, RULE_FIELDS
 from runs.constants import (
     AGENT_NAME_RULE,
     BUDGET_LIMITS,

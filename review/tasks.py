@@ -2,12 +2,9 @@
 
 from celery import shared_task
 
-from review.services import (
-    WebhookFailed,
-    login_failures_prune,
-    review_items_escalate,
-    webhook_deliver,
-)
+from review.services.escalations import review_items_escalate
+from review.services.logins import login_failures_prune
+from review.services.webhooks import WebhookFailed, webhook_deliver
 
 
 @shared_task(acks_late=True)

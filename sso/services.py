@@ -86,6 +86,22 @@ def _groups_set(user: User, names: set[str]) -> tuple[list[str], list[str]]:
     return sorted(names - before), sorted(before - names)
 
 
+def _groups_audited(
+    user: User, names: set[str], *, actor: User, action: str, **details: Any
+) -> tuple[list[str], list[str]]:
+    """`_groups_set`, and a change audited as `action`: `details`, the groups, what was added
+    and what was removed (nothing changed, nothing audited). (added, removed)."""
+    added, removed = _groups_set(user, names)
+    if added or removed:
+        audit_record(
+            actor=actor,
+            action=action,
+            target=f"user:{user.pk}",
+            details={**details, "groups": sorted(names), "added": added, "removed": removed},
+        )
+    return added, removed
+
+
 def sso_sign_in(*, conf: SsoSettings, issuer: str, claims: dict[str, Any]) -> SignIn:
     """The provider vouched for `claims` (a verified ID token, with userinfo): the dashboard user
     they are, with exactly the mapped groups. Raises SsoRefused (already audited) when the claims
@@ -117,16 +133,9 @@ def sso_sign_in(*, conf: SsoSettings, issuer: str, claims: dict[str, Any]) -> Si
             )
         elif user is not None and identity is not None:
             created = identity.last_login_at is None
-            added, removed = _groups_set(user, groups)
-            if added or removed:
-                audit_record(
-                    actor=user,
-                    action="sso.roles",
-                    target=f"user:{user.pk}",
-                    details=_details(
-                        conf, issuer, claims, groups=sorted(groups), added=added, removed=removed
-                    ),
-                )
+            added, removed = _groups_audited(
+                user, groups, actor=user, action="sso.roles", **_details(conf, issuer, claims)
+            )
             user.email = str(claims.get("email") or user.email)[:254]
             user.first_name = str(claims.get("given_name") or user.first_name)[:150]
             user.last_name = str(claims.get("family_name") or user.last_name)[:150]
@@ -237,19 +246,7 @@ def people_groups_set(*, actor: User, user_id: int, groups: list[str]) -> User:
                 f"{user.username}'s groups come from the identity provider at each sign-in; "
                 "change them there.",
             )
-        added, removed = _groups_set(user, names)
-        if added or removed:
-            audit_record(
-                actor=actor,
-                action="people.groups",
-                target=f"user:{user.pk}",
-                details={
-                    "username": user.username,
-                    "groups": sorted(names),
-                    "added": added,
-                    "removed": removed,
-                },
-            )
+        _groups_audited(user, names, actor=actor, action="people.groups", username=user.username)
     return user
 
 

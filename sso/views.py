@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from mozilla_django_oidc.views import OIDCAuthenticationRequestView
 
 from review.roles import GROUP_PERMISSIONS
-from review.views import _tell, require_perm
+from review.views.common import page_action, require_perm, tell
 from sso import services
 from sso.backend import LedgerOIDCBackend, TokenRejected, library_settings
 from sso.conf import ProviderUnreachable, SsoSettings, discover, local_login_enabled, sso_settings
@@ -263,7 +263,7 @@ def people_create(request: HttpRequest) -> HttpResponse:
         messages.error(request, " ".join(str(e) for errs in form.errors.values() for e in errs))
         return _back()
     data = form.cleaned_data
-    _tell(
+    tell(
         request,
         lambda: services.people_local_create(
             actor=request.user,  # type: ignore[arg-type]
@@ -282,7 +282,7 @@ def people_create(request: HttpRequest) -> HttpResponse:
 def people_groups(request: HttpRequest, user_id: int) -> HttpResponse:
     form = GroupsForm(request.POST)
     if form.is_valid():
-        _tell(
+        tell(
             request,
             lambda: services.people_groups_set(
                 actor=request.user,  # type: ignore[arg-type]
@@ -294,23 +294,15 @@ def people_groups(request: HttpRequest, user_id: int) -> HttpResponse:
     return _back()
 
 
-@require_POST
-@require_perm("manage_people")
-def people_deactivate(request: HttpRequest, user_id: int) -> HttpResponse:
-    _tell(
-        request,
-        lambda: services.people_deactivate(actor=request.user, user_id=user_id),  # type: ignore[arg-type]
-        lambda done: f"{done[0].username} deactivated; {done[1]} session(s) ended.",
-    )
-    return _back()
+@page_action("manage_people", back="sso:people")
+def people_deactivate(request: HttpRequest, user_id: int) -> str:
+    """Deactivate a person: they cannot sign in, and their sessions end now."""
+    user, sessions = services.people_deactivate(actor=request.user, user_id=user_id)  # type: ignore[arg-type]
+    return f"{user.username} deactivated; {sessions} session(s) ended."
 
 
-@require_POST
-@require_perm("manage_people")
-def people_reactivate(request: HttpRequest, user_id: int) -> HttpResponse:
-    _tell(
-        request,
-        lambda: services.people_reactivate(actor=request.user, user_id=user_id),  # type: ignore[arg-type]
-        lambda user: f"{user.username} can sign in again.",
-    )
-    return _back()
+@page_action("manage_people", back="sso:people")
+def people_reactivate(request: HttpRequest, user_id: int) -> str:
+    """Let a deactivated person sign in again (their groups are as they were)."""
+    user = services.people_reactivate(actor=request.user, user_id=user_id)  # type: ignore[arg-type]
+    return f"{user.username} can sign in again."

@@ -11,7 +11,7 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from review.roles import SUPERVISORS
-from review.services import review_items_escalate
+from review.services.escalations import review_items_escalate
 from runs import clock
 from runs.models import Step
 from tests.review.factories import run_awaiting_approval, user_in

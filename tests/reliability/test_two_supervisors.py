@@ -59,7 +59,7 @@ def _assert_one_decision(item: Any, names: set[str]) -> str:
 def test_two_supervisors_resolving_at_once_through_the_service_make_one_decision(
     transactional_db: Any,
 ) -> None:
-    from review.services import review_step_resolve
+    from review.services.resolutions import review_step_resolve
 
     alice, bob = _supervisors()
     for item in _unknown_steps(ROUNDS):

@@ -259,8 +259,9 @@ def test_an_admin_sets_up_a_webhook_and_an_escalation_reaches_it_signed_after_a_
     import json
     import threading
 
-    from review import services as desk
     from review.models import WebhookDelivery
+    from review.services.escalations import review_items_escalate
+    from review.services.webhooks import WebhookFailed, webhook_deliver
     from review.tasks import deliver_webhook
     from runs.models import Step
     from tests.review.factories import killed_support_run
@@ -308,12 +309,12 @@ def test_an_admin_sets_up_a_webhook_and_an_escalation_reaches_it_signed_after_a_
         )
         queued: list[int] = []  # the task is run below, not sent to a shared broker
         monkeypatch.setattr(deliver_webhook, "delay_on_commit", queued.append)
-        assert desk.review_items_escalate() == 1
+        assert review_items_escalate() == 1
         delivery = WebhookDelivery.objects.get()
         assert queued == [delivery.pk]
         # what the Celery worker does: the 500 fails the first attempt, the retry lands
-        with pytest.raises(desk.WebhookFailed):
-            desk.webhook_deliver(delivery_id=delivery.pk)
+        with pytest.raises(WebhookFailed):
+            webhook_deliver(delivery_id=delivery.pk)
         assert deliver_webhook.apply(args=(delivery.pk,)).get() is True
         assert len(received) == 2
         body, signature = received[-1]

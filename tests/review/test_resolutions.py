@@ -6,9 +6,9 @@ import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from review import services
 from review.audit import AuditEntry
 from review.roles import ADMINS, SUPERVISORS
+from review.services import resolutions
 from runs.constants import RunStatus, StepState
 from runs.models import Event, Step
 from tests.review.factories import (
@@ -192,7 +192,7 @@ def test_resolution_and_its_audit_entry_commit_together(unknown_step, monkeypatc
     def broken(**kwargs: Any) -> None:
         raise RuntimeError("audit store down")
 
-    monkeypatch.setattr(services, "audit_record", broken)
+    monkeypatch.setattr(resolutions, "audit_record", broken)
     client = _client(SUPERVISORS)
     client.raise_request_exception = False
     response = client.post(

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from review import services as review_services
+from review.services.policies import budget_policy_save
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.constants import StepState
@@ -58,7 +58,7 @@ def test_a_policy_belongs_to_an_agent_or_is_the_default_whoever_saves_it(values,
     before = list(BudgetPolicy.objects.values())
 
     with pytest.raises(ApplicationError) as refused:
-        review_services.budget_policy_save(user=admin, policy=None, values=values)
+        budget_policy_save(user=admin, policy=None, values=values)
 
     assert message in refused.value.details["agent"][0]
     assert list(BudgetPolicy.objects.values()) == before

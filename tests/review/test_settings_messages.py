@@ -10,7 +10,7 @@ from django.test import Client
 
 from review.forms import DecideForm, LimitsForm, PolicyForm
 from review.roles import ADMINS
-from review.views import _error_text, _form_errors
+from review.views.common import error_text, form_errors
 from runs.api_errors import note_required
 from runs.models import ApprovalRule, WorkerToken
 from runs.tokens import worker_token_revoke
@@ -62,12 +62,12 @@ def test_a_second_live_token_of_a_name_is_refused_and_the_name_is_free_once_revo
 def test_messages_name_no_field_of_the_code_and_say_nothing_twice() -> None:
     form = DecideForm({"action": "resume", "note": ""})
     assert not form.is_valid()
-    assert _form_errors(form) == "A note is required: say what you checked and why."
+    assert form_errors(form) == "A note is required: say what you checked and why."
     with pytest.raises(Exception) as refused:
         note_required("")
-    assert _error_text(refused.value) == "A note is required."  # type: ignore[arg-type]
+    assert error_text(refused.value) == "A note is required."  # type: ignore[arg-type]
     limits = LimitsForm({"steps": "0", "note": "more room"})
-    assert _form_errors(limits) == "Steps: Must be at least 1."
+    assert form_errors(limits) == "Steps: Must be at least 1."
 
 
 @pytest.mark.parametrize("value", ["0", "-5"])

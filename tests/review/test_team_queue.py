@@ -14,10 +14,12 @@ import pytest
 from django.core import mail
 from django.test import Client
 
-from review import services
 from review.audit import AuditEntry
 from review.models import EscalationWebhook, WebhookDelivery
 from review.roles import ADMINS, SUPERVISORS
+from review.services.claims import review_step_claim
+from review.services.escalations import review_items_escalate
+from review.services.webhooks import WebhookFailed, webhook_deliver
 from review.tasks import deliver_webhook
 from runs import clock
 from runs.constants import StepState
@@ -42,7 +44,7 @@ def test_the_queue_shows_customer_ticket_and_external_id(groups: Any) -> None:
 
 def test_an_expired_claim_is_shown_as_expired(groups: Any) -> None:
     item = killed_support_run()
-    services.review_step_claim(user=user_in(SUPERVISORS, "kim"), run_id=item.run_id, index=2)
+    review_step_claim(user=user_in(SUPERVISORS, "kim"), run_id=item.run_id, index=2)
     Step.objects.filter(run_id=item.run_id, index=2).update(
         claim_expires_at=clock.now() - timedelta(minutes=1)
     )
@@ -164,15 +166,15 @@ def test_an_escalation_is_posted_signed_and_retried_after_a_500(
         intent_at=clock.now() - timedelta(minutes=5)
     )
     with django_capture_on_commit_callbacks(execute=False) as queued:
-        assert services.review_items_escalate() == 1
+        assert review_items_escalate() == 1
     assert len(mail.outbox) == 1 and mail.outbox[0].to == ["kim@example.com"]
     delivery = WebhookDelivery.objects.get()
     assert len(queued) == 1  # one delivery task, sent after commit
     # the task as Celery runs it: the 500 fails the attempt (Celery retries with backoff) ...
-    assert getattr(deliver_webhook, "autoretry_for", None) == (services.WebhookFailed,)
+    assert getattr(deliver_webhook, "autoretry_for", None) == (WebhookFailed,)
     assert getattr(deliver_webhook, "retry_backoff", None)
-    with pytest.raises(services.WebhookFailed):
-        services.webhook_deliver(delivery_id=delivery.pk)
+    with pytest.raises(WebhookFailed):
+        webhook_deliver(delivery_id=delivery.pk)
     delivery.refresh_from_db()
     assert (delivery.attempts, delivery.delivered_at, delivery.last_error) == (1, None, "HTTP 500")
     # ... and the retry lands

@@ -15,10 +15,11 @@ from django.db import IntegrityError, transaction
 from django.test import Client
 
 from config.celery import app as celery_app
-from review import services
 from review.audit import AuditEntry
 from review.models import EscalationWebhook, WebhookDelivery
 from review.roles import ADMINS, SUPERVISORS
+from review.services.escalations import review_items_escalate
+from review.services.webhooks import WebhookFailed, webhook_deliver
 from review.tasks import deliver_webhook
 from runs import clock
 from runs.models import Step
@@ -80,8 +81,8 @@ def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_delivery_deadline
     delivery = WebhookDelivery.objects.create(
         webhook=webhook, body='{"text":"x"}', created_at=clock.now()
     )
-    with pytest.raises(services.WebhookFailed, match="no complete answer within 1 s"):
-        services.webhook_deliver(delivery_id=delivery.pk)
+    with pytest.raises(WebhookFailed, match="no complete answer within 1 s"):
+        webhook_deliver(delivery_id=delivery.pk)
     delivery.refresh_from_db()
     assert delivery.delivered_at is None and delivery.attempts == 1
     assert delivery.last_error == "no complete answer within 1 s"
@@ -105,7 +106,7 @@ def test_escalation_text_passes_no_slack_markup_from_a_step_name(
         intent_at=clock.now() - timedelta(minutes=5),
     )
     with django_capture_on_commit_callbacks(execute=False):
-        assert services.review_items_escalate() == 1
+        assert review_items_escalate() == 1
     text = json.loads(WebhookDelivery.objects.get().body)["text"]
     assert "<!channel>" not in text and "<https://evil.example" not in text
     assert (
@@ -154,8 +155,8 @@ def test_delivery_checks_the_address_again(groups: Any, receiver: str, settings:
         webhook=webhook, body='{"text":"x"}', created_at=clock.now()
     )
     settings.WEBHOOK_ALLOW_PRIVATE = False
-    with pytest.raises(services.WebhookFailed, match="private, loopback or link-local"):
-        services.webhook_deliver(delivery_id=delivery.pk)
+    with pytest.raises(WebhookFailed, match="private, loopback or link-local"):
+        webhook_deliver(delivery_id=delivery.pk)
     assert Receiver.received == []
 
 
@@ -201,7 +202,7 @@ def test_an_admin_tests_turns_off_and_removes_a_webhook(
         intent_at=clock.now() - timedelta(minutes=5)
     )
     with django_capture_on_commit_callbacks(execute=False):
-        assert services.review_items_escalate() == 1  # the mail only
+        assert review_items_escalate() == 1  # the mail only
     assert WebhookDelivery.objects.filter(webhook=webhook).count() == 1  # the test's
     admin.post(f"/notifications/{webhook.pk}/active", {"active": "on"})
     webhook.refresh_from_db()

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection
 
-from review.services import budget_policy_save
+from review.services.policies import budget_policy_save
 from runs.authentication import hash_token
 from runs.models import BudgetPolicy, WorkerToken
 from runs.tokens import worker_token_create
