@@ -32,6 +32,7 @@ import psutil
 import psycopg
 import pytest
 
+from tests.doc_examples import doc_blocks, documented_commands
 from tests.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -434,31 +435,9 @@ def test_demo_in_a_clean_clone_tells_the_story_once_and_every_stop_leaves_nothin
 # --help on every command the README and the manual in docs/ mention
 
 
-def readme_commands() -> dict[str, list[str]]:
-    """The project's own commands named in the README and docs/: scripts/*, manage.py commands
-    (in code blocks and in the management-commands table), and `python -m` modules of this
-    repository."""
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    readme = "\n".join(page.read_text() for page in pages)
-    commands: dict[str, list[str]] = {}
-    for name in re.findall(r"(?<![\w/])scripts/([\w-]+)", readme):
-        if (ROOT / "scripts" / name).exists():
-            commands[f"scripts/{name}"] = [str(ROOT / "scripts" / name), "--help"]
-    managed = set(re.findall(r"manage\.py\s+([a-z_]+)", readme))
-    section = (ROOT / "docs" / "commands.md").read_text()
-    managed |= set(re.findall(r"^\|\s*`([a-z_]+)", section, re.MULTILINE))
-    for name in sorted(managed):
-        commands[f"manage.py {name}"] = [sys.executable, str(ROOT / "manage.py"), name, "--help"]
-    for module in re.findall(r"python -m ([a-z_][\w.]*)", readme):
-        if (ROOT / module.split(".")[0]).is_dir():
-            commands[f"python -m {module}"] = [sys.executable, "-m", module, "--help"]
-    return commands
-
-
 def test_readme_names_the_demo_as_its_first_command() -> None:
-    readme = (ROOT / "README.md").read_text()
-    first_block = readme.split("```", 2)[1]
-    assert first_block.split("\n", 1)[1].lstrip().startswith("scripts/demo")
+    first_block = doc_blocks(ROOT / "README.md")[0]
+    assert first_block.lang == "bash" and first_block.code.lstrip().startswith("scripts/demo")
 
 
 # Runs `manage.py NAME --help` for each NAME given, one after another in this one interpreter
@@ -488,7 +467,7 @@ def _help_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def manage_py_help() -> dict[str, dict[str, Any]]:
     """What `manage.py NAME --help` answered, for every manage.py command the README names."""
-    names = [argv[2] for argv in readme_commands().values() if argv[1].endswith("manage.py")]
+    names = [argv[2] for argv in documented_commands().values() if argv[1].endswith("manage.py")]
     result = subprocess.run(
         [sys.executable, "-c", MANAGE_HELP_EACH, *names],
         cwd=ROOT,
@@ -505,7 +484,7 @@ def manage_py_help() -> dict[str, dict[str, Any]]:
 
 @pytest.mark.slow  # a process per command (manage.py's commands share one)
 @pytest.mark.parametrize(
-    "argv", list(readme_commands().values()), ids=list(readme_commands().keys())
+    "argv", list(documented_commands().values()), ids=list(documented_commands().keys())
 )
 def test_every_command_the_readme_mentions_answers_help(
     argv: list[str], request: pytest.FixtureRequest

@@ -17,10 +17,12 @@ import pytest
 
 from tests.deploy.databases import fresh_database
 from tests.deploy.podman import Podman, image_size, sdk_only_virtualenv
+from tests.doc_examples import doc_example
 from tests.processes import STARTUP_TIMEOUT, free_port, redis_url, smtp_sink
-from tests.support_agent.test_readme_sdk_example import readme_example
 
 pytestmark = pytest.mark.slow
+
+README_EXAMPLE = doc_example("README.md", "## Using the worker SDK")
 
 # The README's example as its author runs it, with one addition a test needs: with STOP_AFTER,
 # once the step of that name has executed and been journalled, the process writes the marker
@@ -110,7 +112,7 @@ def test_the_image_serves_a_ledger_the_readme_example_survives_a_kill_against(
             token = made.stdout.strip().splitlines()[-1]
 
             example = tmp_path / "example.py"
-            example.write_text(readme_example().replace("http://ledger:8000", url))
+            example.write_text(README_EXAMPLE.code.replace("http://ledger:8000", url))
             (tmp_path / "harness.py").write_text(HARNESS)
             with sdk_only_virtualenv(tmp_path) as python:
                 imports = subprocess.run(

@@ -1,7 +1,6 @@
 """The integration examples of docs/integrations.md are real code: each runs as written against the ledger."""
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,27 +10,26 @@ import pytest
 
 from runs.models import Run
 from tests.conftest import ROOT
+from tests.doc_examples import Block, doc_example
 
 pytestmark = pytest.mark.slow
 
 
-def readme_example(heading: str) -> str:
-    section = (ROOT / "docs" / "integrations.md").read_text()
-    part = section[section.index(heading) :]
-    match = re.search(r"```python\n(.*?)```", part, re.S)
-    assert match, f"no python example under {heading}"
-    return match.group(1)
+PAGE = "docs/integrations.md"
+PYDANTIC_AI = doc_example(PAGE, "## PydanticAI")
+OPENAI_AGENTS = doc_example(PAGE, "## OpenAI Agents SDK")
+LANGGRAPH = doc_example(PAGE, "## LangGraph")
+MCP_GATEWAY = doc_example(PAGE, "## MCP gateway")
 
 
-def run_example(heading: str, ledger_server: str, token: str) -> None:
-    code = readme_example(heading)
-    assert len(code.strip().splitlines()) <= 24
-    code = code.replace("http://ledger:8000", ledger_server)
-    exec(compile(code, "docs/integrations.md", "exec"), {"token": token})  # noqa: S102
+def example_code(example: Block, ledger_server: str) -> str:
+    assert len(example.code.strip().splitlines()) <= 24
+    return example.code.replace("http://ledger:8000", ledger_server)
 
 
 def test_pydantic_ai_example(ledger_server: str, worker_token: str, transactional_db: Any) -> None:
-    run_example("## PydanticAI", ledger_server, worker_token)
+    code = example_code(PYDANTIC_AI, ledger_server)
+    exec(compile(code, PAGE, "exec"), {"token": worker_token})  # noqa: S102
     run = Run.objects.get(agent="refunds", external_id="order-A-1")
     assert run.status == "completed"
     steps = list(run.steps.order_by("index").values_list("kind", "name", "effect"))
@@ -45,8 +43,7 @@ def test_openai_agents_example(
     ledger_server: str, worker_token: str, transactional_db: Any, tmp_path: Path
 ) -> None:
     # as an agent author runs it, from this checkout's root: no module of ours is called `agents`
-    code = readme_example("## OpenAI Agents SDK").replace("http://ledger:8000", ledger_server)
-    assert len(code.strip().splitlines()) <= 24
+    code = example_code(OPENAI_AGENTS, ledger_server)
     example = tmp_path / "example.py"
     example.write_text(f"token = {worker_token!r}\n{code}")
     env = {**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1", "PYTHONPATH": str(ROOT)}
@@ -83,9 +80,7 @@ def test_langgraph_example(
     monkeypatch.setattr(_agent_kit, "WORK", tmp_path)  # where it counts model calls
 
     chat_model = ScriptedChatModel(calls=[("refund", {"order": "A-1"})], answer="Refunded A-1.")
-    code = readme_example("## LangGraph").replace("http://ledger:8000", ledger_server)
-    assert len(code.strip().splitlines()) <= 24
-    example = compile(code, "docs/integrations.md", "exec")
+    example = compile(example_code(LANGGRAPH, ledger_server), PAGE, "exec")
     exec(example, {"token": worker_token, "chat_model": chat_model})  # noqa: S102
     run = Run.objects.get(agent="refunds-langgraph", external_id="order-A-1")
     assert run.status == "completed" and run.output == "Refunded A-1."
@@ -103,8 +98,7 @@ def test_mcp_proxy_example(
     transactional_db: Any,
     tmp_path: Path,
 ) -> None:
-    code = readme_example("## MCP gateway").replace("http://ledger:8000", ledger_server)
-    assert len(code.strip().splitlines()) <= 24
+    code = example_code(MCP_GATEWAY, ledger_server)
     # the console script and the example's upstream server, as this checkout provides them
     upstream = ROOT / "tests" / "integrations" / "mcp_upstream.py"
     code = code.replace("python files_server.py", f"{sys.executable} {upstream}")
@@ -115,7 +109,7 @@ def test_mcp_proxy_example(
     code = code.replace(
         'env={"INTENTLEDGER_URL"', f'env={{"WORK_DIR": {str(tmp_path)!r}, "INTENTLEDGER_URL"'
     )
-    exec(compile(code, "docs/integrations.md", "exec"), {"token": worker_token})  # noqa: S102
+    exec(compile(code, PAGE, "exec"), {"token": worker_token})  # noqa: S102
     run = Run.objects.get(agent="desk", external_id="ticket-42")
     assert run.status == "completed"
     steps = list(run.steps.order_by("index").values_list("name", "effect", "enforced_by"))

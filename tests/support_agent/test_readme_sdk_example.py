@@ -1,7 +1,7 @@
-"""The README's SDK example is real code: run it against the ledger and check what it did."""
+"""The README's SDK example (and docs/sdk.md's, the same) is real code: run it against the ledger
+and check what it did."""
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,33 +16,34 @@ from config.celery import app as celery_app
 from runs.models import Event, Run
 from runs.services.enforcement import runs_redispatch_idle
 from tests.conftest import ROOT, chain_problems
+from tests.doc_examples import Block, doc_example
 from tests.support_agent.conftest import AgentDesk, effects_for
 from tests.support_agent.fixtures import reaped_once_the_lease_lapses
 
 pytestmark = pytest.mark.slow
 
 
-def readme_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Using the worker SDK") :].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "no python example in the SDK section"
-    return match.group(1)
+# the front page's example, and the SDK page's (the same example, where the manual starts)
+README_EXAMPLE = doc_example("README.md", "## Using the worker SDK")
+SDK_PAGE_EXAMPLE = doc_example("docs/sdk.md", "# Using the worker SDK")
 
 
-def test_readme_sdk_example_runs_once_even_when_run_twice(desk: AgentDesk) -> None:
-    code = readme_example()
-    assert len(code.strip().splitlines()) <= 22
-    code = code.replace("http://ledger:8000", desk.url)
-    exec(compile(code, "README.md", "exec"), {"token": desk.token})  # noqa: S102
+@pytest.mark.parametrize("example", [README_EXAMPLE, SDK_PAGE_EXAMPLE], ids=lambda b: b.doc)
+def test_readme_sdk_example_runs_once_even_when_run_twice(desk: AgentDesk, example: Block) -> None:
+    assert len(example.code.strip().splitlines()) <= 22
+    mailed_before = len(
+        desk.smtp.to("ada@example.com")
+    )  # the sink outlives a test: the other page's
+    code = compile(example.code.replace("http://ledger:8000", desk.url), example.doc, "exec")
+    exec(code, {"token": desk.token})  # noqa: S102
     run = Run.objects.get(agent="support", external_id="ticket-42")
     assert run.status == "completed"
-    assert effects_for(desk, "ada@example.com") == (1, 1, 1)
+    assert effects_for(desk, "ada@example.com") == (1, 1, 1 + mailed_before)
 
     # run again (an orchestrator retry): it attaches to the finished run and stops cleanly
-    exec(compile(code, "README.md", "exec"), {"token": desk.token})  # noqa: S102
+    exec(code, {"token": desk.token})  # noqa: S102
     assert Run.objects.filter(agent="support", external_id="ticket-42").count() == 1
-    assert effects_for(desk, "ada@example.com") == (1, 1, 1)
+    assert effects_for(desk, "ada@example.com") == (1, 1, 1 + mailed_before)
 
 
 # The README example in a process of its own, with two hooks a test needs: a SIGKILL right after
@@ -80,7 +81,7 @@ def test_readme_example_killed_after_tickets_create_resumes_and_is_never_taken_o
     _worker, celery_log = start_worker()
     _, customer = desk.new_ticket()
     external_id = f"readme-{customer}"
-    code = readme_example().replace("http://ledger:8000", desk.url)
+    code = README_EXAMPLE.code.replace("http://ledger:8000", desk.url)
     code = code.replace("ticket-42", external_id).replace("ada@example.com", customer)
     (tmp_path / "example.py").write_text(code)
     (tmp_path / "harness.py").write_text(HARNESS)
