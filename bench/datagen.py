@@ -3,7 +3,7 @@
     python -m bench.datagen --runs 100000 [--steps 20] [--unknown 5000] [--light]
 
 Runs, steps and events are written with PostgreSQL COPY; every event hash is computed exactly
-as `runs.kernel.event_append` does (`runs.canonical.event_body` and `event_hash`), so `verify_journal` and exports
+as the kernel's `ledger_event_append` does (`runs.canonical.event_body` and `event_hash`, as the verifiers recompute it), so `verify_journal` and exports
 verify. `--unknown N` makes N runs `needs_review` with their last step `unknown` (the review
 queue). `--light` writes 1-step runs (the runs beyond 100k of the scaling curve's 1M tier).
 The generator tops up: it appends runs to whatever is there.

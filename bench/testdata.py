@@ -2,7 +2,7 @@
 
 `runs_bulk_create` writes runs, steps and hash-chained events with PostgreSQL COPY (measured:
 90,000 runs with 5 steps and 1.18 million events in 63 s on two shared cores), computing every event hash exactly as
-`runs.kernel.event_append` does, so `verify_journal`, checkpoints and exports see chains
+the kernel's `ledger_event_append` does (`runs.canonical.event_hash`, which the verifiers use), so `verify_journal`, checkpoints and exports see chains
 that verify. Every 10th run has a write step a supervisor resolved (`sent`), so exports carry
 resolutions too.
 """

@@ -28,8 +28,6 @@ from runs.api_errors import ApplicationError, invalid
 from runs.canonical import (
     GENESIS_HASH,
     canonical_json,
-    event_body,
-    event_hash,
     idempotency_key,
     sha256_hex,
 )
@@ -45,13 +43,15 @@ from runs.constants import (
     StepState,
 )
 from runs.lock_objects import run_for_update
-from runs.models import Event, Run, Step
+from runs.models import Run, Step
 
 # --- the chain and the state machines, for the transitions that are not hot ----------------
 #
 # Recovery, reviews, limits, completion: each runs inside `transition()`, which takes the run's
 # lock, and changes state only through run_move / step_move (the tables in runs.constants) and
-# event_append, so every change commits with its event. The hot calls do the same in SQL.
+# event_append, so every change commits with its event. The hot calls do the same in SQL; the
+# database holds both to the same tables (ledger.sql's generated ledger_transition_allowed and
+# its guard triggers), and every event, here or there, is hashed by ledger_event_append.
 
 
 class InvalidTransition(Exception):
@@ -60,26 +60,22 @@ class InvalidTransition(Exception):
 
 def event_append(
     run: Run, *, type: EventType, payload: dict[str, Any], actor: str, at: datetime
-) -> Event:
-    """Append to the run's chain. The caller holds the run lock and saves the run afterwards."""
+) -> str:
+    """Append to the run's chain through the kernel's `ledger_event_append`, so the hash is
+    computed in one place (the hot calls use it too); answers the new head. The caller holds the
+    run lock and saves the run afterwards (its event_seq and event_head move here)."""
     seq = run.event_seq + 1
     prev = run.event_head or GENESIS_HASH
-    body = event_body(run_id=run.pk, seq=seq, type=type, payload=payload, actor=actor, at=at)
-    digest = event_hash(prev_hash=prev, body=body)
-    event = Event.objects.create(
-        run=run,
-        journal_month=run.journal_month,
-        seq=seq,
-        type=type,
-        payload=payload,
-        actor=actor,
-        at=at,
-        prev_hash=prev,
-        hash=digest,
-    )
+    prefix = event_prefix(actor, at)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT ledger_event_append(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [run.pk, run.journal_month, seq, prev, type, _text(payload), prefix, actor, at],
+        )
+        (digest,) = _one(cursor)
     run.event_seq = seq
     run.event_head = digest
-    return event
+    return str(digest)
 
 
 def run_move(
@@ -110,7 +106,7 @@ class Transition:
     now: datetime
     refusal: ApplicationError | None = None
 
-    def event(self, type: EventType, payload: dict[str, Any], *, actor: str | None = None) -> Event:
+    def event(self, type: EventType, payload: dict[str, Any], *, actor: str | None = None) -> str:
         return event_append(
             self.run, type=type, payload=payload, actor=actor or self.actor, at=self.now
         )
@@ -134,6 +130,70 @@ def transition(run: UUID | str | Run, *, actor: str) -> Iterator[Transition]:
         locked.save()
     if step.refusal is not None:
         raise step.refusal
+
+
+def _one(cursor: Any) -> tuple[Any, ...]:
+    row = cursor.fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+# --- the kernel's rules, asked about a locked row -------------------------------------------
+#
+# The services outside the hot calls do not keep a Python copy of a kernel rule: they ask the
+# kernel about the run's row as the database holds it. The caller holds the run's row lock and
+# has saved every change it made to the run before asking.
+
+
+@dataclass(frozen=True)
+class ExceededLimit:
+    """A limit the run has reached: the canonical payload of its budget_exceeded event (`text`)
+    and the same as the refusal's details (in the order the hot calls answer them)."""
+
+    text: str
+    details: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.details["limit"])
+
+
+def exceeded_limit(run_id: UUID | str, *, now: datetime, next_step: bool) -> ExceededLimit | None:
+    """The first limit the saved run has reached, or None (`ledger_exceeded_limit`).
+    `next_step`: would one more intent fit?"""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p, p::jsonb FROM (SELECT ledger_exceeded_limit(r, %s, %s) AS p"
+            " FROM runs_run r WHERE r.id = %s) limited",
+            [now, next_step, run_id],
+        )
+        text, details = _one(cursor)
+    return None if text is None else ExceededLimit(text=text, details=_json(details))
+
+
+def run_budget_stop(run: Run, limit: ExceededLimit, *, actor: str, now: datetime) -> None:
+    """The saved run stops at `limit` (`ledger_run_budget_stop`: its status moves and its
+    budget_exceeded event is appended in SQL), and `run` learns the new status and head."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s.status, s.status_reason, s.event_seq, s.event_head, "
+            "ledger_run_counters_save(s) FROM runs_run r "
+            "CROSS JOIN LATERAL ledger_run_budget_stop(r, %s, %s, %s, %s) s WHERE r.id = %s",
+            [limit.text, now, event_prefix(actor, now), actor, run.pk],
+        )
+        run.status, run.status_reason, run.event_seq, run.event_head, _ = _one(cursor)
+
+
+def status_refusal(run_id: UUID | str) -> ApplicationError | None:
+    """The refusal the saved run's status gives a worker's write (`ledger_status_refusal`), or
+    None while the run may be written to."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT f.code, f.details FROM runs_run r, ledger_status_refusal(r) f WHERE r.id = %s",
+            [run_id],
+        )
+        code, details = _one(cursor)
+    return None if code is None else refusal(code, _json(details), run_id=run_id)
 
 
 def _text(value: Any) -> str:
@@ -512,6 +572,7 @@ def lease(*, run_id: UUID | str, worker: str, ttl_seconds: int, actor: str) -> R
 __all__ = [
     "BudgetStopped",
     "EventType",
+    "ExceededLimit",
     "HeartbeatAnswer",
     "InvalidTransition",
     "RecoveryNeeded",
@@ -519,10 +580,13 @@ __all__ = [
     "Transition",
     "event_append",
     "event_prefix",
+    "exceeded_limit",
     "heartbeat",
     "lease",
     "refusal",
+    "run_budget_stop",
     "run_move",
+    "status_refusal",
     "step_intent",
     "step_move",
     "step_outcome",

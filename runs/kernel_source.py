@@ -11,14 +11,22 @@ they run. Two checks keep the three in step:
   and lacks nothing the source defines. It executes ledger.sql inside a transaction it rolls
   back and reports what executing it would change, so it compares the definitions PostgreSQL
   itself prints (pg_get_functiondef, pg_get_triggerdef), not our reading of the file.
+
+One block of ledger.sql is generated, not written: `ledger_transition_allowed`, the transition
+tables of runs/constants.py (the one source) as SQL, which the guard triggers on runs_run and
+runs_step enforce. `kernel_snapshot` renders it into the source before freezing it, and
+`--check` fails while the block in the file is not what the tables render (`transitions_stale`).
 """
 
 import ast
 import re
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.db import connection, transaction
+
+from runs.constants import RUN_TRANSITIONS, STEP_TRANSITIONS
 
 RUNS = Path(__file__).resolve().parent
 SOURCE = RUNS / "sql" / "ledger.sql"
@@ -43,6 +51,60 @@ FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
 WHERE NOT t.tgisinternal AND t.tgparentid = 0
   AND c.relnamespace = current_schema()::regnamespace AND c.relname LIKE 'runs\_%'
 """
+
+
+GENERATED_BEGIN = "-- BEGIN generated from the transition tables in runs/constants.py"
+GENERATED_END = "-- END generated"
+Tables = Mapping[str, Mapping[str, Set[str]]]
+
+
+def transitions_sql(tables: Tables | None = None) -> str:
+    """`ledger_transition_allowed(kind, from, to)`: the tables (kind `run`: RUN_TRANSITIONS,
+    `step`: STEP_TRANSITIONS) as one immutable CASE; a state missing from a table allows nothing."""
+    if tables is None:
+        tables = {"run": RUN_TRANSITIONS, "step": STEP_TRANSITIONS}
+    lines = [
+        GENERATED_BEGIN,
+        "-- by `manage.py kernel_snapshot`: edit the tables, not this block (kernel_snapshot --check",
+        "-- fails while it is stale). The guard triggers below hold every status and state change",
+        "-- to it, the kernel's own assignments included.",
+        "CREATE OR REPLACE FUNCTION ledger_transition_allowed(p_kind text, p_from text, p_to text)",
+        "RETURNS boolean",
+        "LANGUAGE sql IMMUTABLE AS $$",
+        "    SELECT COALESCE(CASE p_kind",
+    ]
+    for kind, table in tables.items():
+        lines.append(f"        WHEN '{kind}' THEN CASE p_from")
+        for source in sorted(table):
+            targets = ", ".join(f"'{t}'" for t in sorted(str(t) for t in table[source]))
+            lines.append(
+                f"            WHEN '{source}' THEN "
+                + (f"p_to IN ({targets})" if targets else "false")
+            )
+        lines.append("        END")
+    lines += ["    END, false)", "$$;", GENERATED_END]
+    return "\n".join(lines)
+
+
+def source_rendered(text: str, tables: Tables | None = None) -> str:
+    """`text` (ledger.sql) with its generated block rendered from the tables."""
+    begin = text.index(GENERATED_BEGIN)
+    end = text.index(GENERATED_END, begin) + len(GENERATED_END)
+    return text[:begin] + transitions_sql(tables) + text[end:]
+
+
+def transitions_stale(source: Path = SOURCE, tables: Tables | None = None) -> bool:
+    text = source.read_text()
+    return source_rendered(text, tables) != text
+
+
+def transitions_render(source: Path = SOURCE, tables: Tables | None = None) -> bool:
+    """Write the generated block into `source`; answers whether it changed."""
+    text = source.read_text()
+    rendered = source_rendered(text, tables)
+    if rendered != text:
+        source.write_text(rendered)
+    return rendered != text
 
 
 def snapshots(folder: Path = MIGRATIONS) -> list[Path]:

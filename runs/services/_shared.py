@@ -1,9 +1,9 @@
-"""Private moves that more than one concern makes: the status refusal, the move to review, the
-resume after it, and the offer of a run to the Celery workers once the transaction commits.
+"""Private moves that more than one concern makes: the move to review, the resume after it, and
+the offer of a run to the Celery workers once the transaction commits. (The refusal a run's
+status gives a worker is the kernel's: `kernel.status_refusal`.)
 
 Locks: every helper here runs under the run's row lock, which its caller holds (through
 `kernel.transition` or `lock_objects.run_for_update`); none takes a lock itself.
-`_refusal_for_status` is the Python twin of the kernel's `ledger_status_refusal`.
 """
 
 from datetime import datetime
@@ -11,23 +11,10 @@ from typing import Any
 
 from django.db import transaction
 
-from runs import kernel
-from runs.api_errors import ApplicationError
-from runs.constants import FINAL_STATUSES, EventType, RunRunner, RunStatus, StatusReason
+from runs.constants import EventType, RunRunner, RunStatus, StatusReason
 from runs.kernel import event_append, run_move
 from runs.models import Run
 from runs.signals import run_resumable
-
-
-def _refusal_for_status(run: Run) -> ApplicationError | None:
-    """The refusal a run's status gives a worker's write: the kernel's words (kernel.refusal)."""
-    if run.status == RunStatus.NEEDS_REVIEW:
-        return kernel.refusal("needs_review", {"reason": run.status_reason}, run_id=run.pk)
-    if run.status == RunStatus.BUDGET_EXCEEDED:
-        return kernel.refusal("budget_exceeded", {"limit": run.status_reason}, run_id=run.pk)
-    if run.status in FINAL_STATUSES:
-        return kernel.refusal("run_finished", {"status": run.status}, run_id=run.pk)
-    return None
 
 
 def _needs_review(

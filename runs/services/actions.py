@@ -10,13 +10,12 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from runs import clock
+from runs import clock, kernel
 from runs.api_errors import ApplicationError, note_required
 from runs.constants import BUDGET_LIMITS, FINAL_STATUSES, EventType, RunStatus, StatusReason
 from runs.kernel import event_append, run_move, transition
 from runs.models import Run
 from runs.services._shared import _resume_after_review
-from runs.services.budgets import _exceeded_limit
 
 
 def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str, Any]) -> Run:
@@ -65,10 +64,11 @@ def run_limits_raise(*, run_id: UUID | str, by: str, note: str, limits: dict[str
             actor=f"user:{by}",
             at=now,
         )
-        still = _exceeded_limit(run, now=now, next_step=True)
+        run.save()  # the kernel's budget rule reads the row: with the raised limits
+        still = kernel.exceeded_limit(run.pk, now=now, next_step=True)
         if run.status == RunStatus.BUDGET_EXCEEDED and still is not None:
             # another limit still stops it: the status reason names that one, not the old one
-            run.status_reason = still["limit"]
+            run.status_reason = still.name
         if (run.status == RunStatus.BUDGET_EXCEEDED and still is None) or (
             run.status == RunStatus.NEEDS_REVIEW
             and run.status_reason == StatusReason.RECOVERIES

@@ -1,17 +1,15 @@
-"""Budgets: a run's policy, its limits and use, and the budget rule (`_exceeded_limit`).
+"""Budgets: a run's policy, and its limits and use as the API shows them.
 
-Locks: `budget_policy_for`, `budget_of` and `limits_copied` read and lock nothing. The caller of
-`_exceeded_limit` and `_budget_exceed` holds the run's row lock (`_budget_exceed` moves the run
-and saves it). `_exceeded_limit` is the Python twin of the kernel's `ledger_exceeded_limit`
-(tests/runs/test_budget_rule_agrees.py holds them equal).
+Locks: everything here reads and locks nothing. The budget rule itself is the kernel's alone
+(`ledger_exceeded_limit`, `ledger_run_budget_stop`); the services ask it about a locked, saved
+run through `kernel.exceeded_limit` and `kernel.run_budget_stop`.
 """
 
-from datetime import datetime
 from typing import Any
 
 from runs.api_errors import ApplicationError
-from runs.constants import BUDGET_LIMITS, EventType, RunStatus
-from runs.kernel import event_append, money, run_move
+from runs.constants import BUDGET_LIMITS
+from runs.kernel import money
 from runs.models import BudgetPolicy, Run
 
 
@@ -49,36 +47,6 @@ def budget_of(run: Run) -> dict[str, Any]:
         },
         "deadline": run.deadline.isoformat(),
     }
-
-
-def _exceeded_limit(run: Run, *, now: datetime, next_step: bool) -> dict[str, Any] | None:
-    """The first limit the run has reached, or None. `next_step`: would one more intent fit?"""
-    if now >= run.deadline:
-        return {
-            "limit": "wall_seconds",
-            "limit_value": run.limit_wall_seconds,
-            "deadline": run.deadline.isoformat(),
-        }
-    if next_step and run.used_steps >= run.limit_steps:
-        return {"limit": "steps", "limit_value": run.limit_steps, "used": run.used_steps}
-    if run.used_tokens > run.limit_tokens or (next_step and run.used_tokens >= run.limit_tokens):
-        return {"limit": "tokens", "limit_value": run.limit_tokens, "used": run.used_tokens}
-    if run.limit_cost_usd is not None and (
-        run.used_cost_usd > run.limit_cost_usd
-        or (next_step and run.used_cost_usd >= run.limit_cost_usd)
-    ):
-        return {
-            "limit": "cost_usd",
-            "limit_value": money(run.limit_cost_usd),
-            "used": money(run.used_cost_usd),
-        }
-    return None
-
-
-def _budget_exceed(run: Run, limit: dict[str, Any], *, actor: str, now: datetime) -> None:
-    run_move(run, RunStatus.BUDGET_EXCEEDED, reason=limit["limit"])
-    event_append(run, type=EventType.BUDGET_EXCEEDED, payload=limit, actor=actor, at=now)
-    run.save()
 
 
 def limits_copied(source: BudgetPolicy | Run, prefix: str) -> dict[str, Any]:

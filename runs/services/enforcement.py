@@ -13,12 +13,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
-from runs import clock
+from runs import clock, kernel
 from runs.constants import EventType, RunRunner, RunStatus, StatusReason, StepState
 from runs.kernel import event_append, run_move
 from runs.models import Run, Step
 from runs.services._shared import _needs_review, _offer_on_commit
-from runs.services.budgets import _budget_exceed, _exceeded_limit
 from runs.services.recovery import _recover_open_intents
 from runs.signals import run_resumable
 
@@ -132,11 +131,13 @@ def run_deadline_enforce(*, run_id: UUID | str, actor: str = "system:deadlines")
         now = clock.now()
         if run is None or run.status not in DEADLINE_STATUSES or now < run.deadline:
             return None
-        limit = _exceeded_limit(run, now=now, next_step=False)  # past its deadline: wall_seconds
+        # past its deadline: wall_seconds (the row is as locked: nothing changed yet)
+        limit = kernel.exceeded_limit(run.pk, now=now, next_step=False)
         assert limit is not None
+        kernel.run_budget_stop(run, limit, actor=actor, now=now)
         run.lease_worker = None
         run.lease_expires_at = None
-        _budget_exceed(run, limit, actor=actor, now=now)
+        run.save()
         return run
 
 

@@ -13,7 +13,7 @@ from runs.api_errors import ApplicationError
 from runs.constants import Effect, EventType, RunStatus, StatusReason, StepState
 from runs.kernel import event_append, run_move, step_move, transition
 from runs.models import Run, Step
-from runs.services._shared import _needs_review, _refusal_for_status
+from runs.services._shared import _needs_review
 
 
 def _check_epoch(run: Run, epoch: int) -> None:
@@ -76,7 +76,7 @@ def _run_finish(
         if run.status == to and getattr(run, field) == value:
             return run
         if run.status != RunStatus.RUNNING:
-            refusal = _refusal_for_status(run) or ApplicationError(
+            refusal = kernel.status_refusal(run.pk) or ApplicationError(
                 "stale_epoch",
                 "The run is not running under this lease.",
                 details={"status": run.status},

@@ -14,8 +14,7 @@ from runs.api_errors import ApplicationError
 from runs.constants import EventType, RunStatus, StatusReason
 from runs.kernel import run_move, transition
 from runs.models import Run, Step
-from runs.services._shared import _needs_review, _refusal_for_status
-from runs.services.budgets import _budget_exceed, _exceeded_limit
+from runs.services._shared import _needs_review
 from runs.services.recovery import _recover_open_intents
 
 
@@ -66,7 +65,7 @@ def _lease_with_recovery(
     """
     with transition(run_id, actor=actor) as t:
         run, now = t.run, t.now
-        status_refusal = _refusal_for_status(run)
+        status_refusal = kernel.status_refusal(run.pk)
         if status_refusal is not None:
             raise status_refusal
         if (
@@ -89,16 +88,11 @@ def _lease_with_recovery(
         if recovering:
             _recover_for_lease(t)
         if t.refusal is None:
-            limit = _exceeded_limit(run, now=now, next_step=False)
+            run.save()  # the kernel's budget rule reads the row: with the recovery's changes
+            limit = kernel.exceeded_limit(run.pk, now=now, next_step=False)
             if limit is not None:
-                _budget_exceed(run, limit, actor=actor, now=now)
-                t.refuse(
-                    ApplicationError(
-                        "budget_exceeded",
-                        f"The run's {limit['limit']} budget is spent.",
-                        details=limit,
-                    )
-                )
+                kernel.run_budget_stop(run, limit, actor=actor, now=now)
+                t.refuse(kernel.refusal("budget_exceeded", limit.details, run_id=run.pk))
         if t.refusal is None:
             previous = run.lease_worker
             run_move(run, RunStatus.RUNNING)

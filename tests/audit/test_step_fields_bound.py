@@ -93,8 +93,13 @@ def test_a_step_row_edited_in_the_database_is_named_by_every_check(
     resolved_run: str, tmp_path: Path, field: str, sql: str, index: int
 ) -> None:
     with connection.cursor() as cursor:
+        if field == "state":
+            # a done step may not move (runs_step_state_guard); whoever edits rows by hand can
+            # switch the guards off, as here, and the checks must still name the step
+            cursor.execute("SET LOCAL session_replication_role = replica")
         cursor.execute(sql + " AND run_id = %s", [resolved_run])
         assert cursor.rowcount == 1
+        cursor.execute("SET LOCAL session_replication_role = origin")
     named = f"step {index} {field} "
 
     code, output = _verify_journal(resolved_run)

@@ -130,7 +130,9 @@ def test_past_days_come_from_the_rollup_beat_refreshes_and_today_is_live(
     from console.models import RunDay
     from console.rollup import run_days_refresh
 
-    runs_bulk_create(runs=300, steps_per_run=2, agent="support", status="completed", spread_days=9)
+    runs_bulk_create(runs=299, steps_per_run=2, agent="support", status="completed", spread_days=9)
+    # a run of an earlier day still running: it fails after the rollup (below)
+    runs_bulk_create(runs=1, steps_per_run=2, agent="support", status="running", spread_days=5)
     client = client_for(SUPERVISORS)
     live = _overview_numbers(client)
     assert live[0] == 300 and "all live" in live[3]
@@ -144,7 +146,7 @@ def test_past_days_come_from_the_rollup_beat_refreshes_and_today_is_live(
     journalled_run(1, agent="support")  # a run of today: read live, not from the rollup
     assert _overview_numbers(client)[0] == 301
     # a run of an earlier day that finished since: counted right at the next refresh
-    older = Run.objects.filter(agent="support", status="completed").order_by("created_at").first()
+    older = Run.objects.filter(agent="support", status="running").order_by("created_at").first()
     assert older is not None
     Run.objects.filter(pk=older.pk).update(status="failed")
     assert "series-failed" not in client.get("/console/?days=14").content.decode()

@@ -9,6 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 
+from runs.constants import RUN_TRANSITIONS, STEP_TRANSITIONS, RunStatus
 from runs.kernel_source import (
     MIGRATIONS,
     SOURCE,
@@ -16,6 +17,8 @@ from runs.kernel_source import (
     snapshot_differs,
     snapshot_sql,
     snapshots,
+    source_rendered,
+    transitions_sql,
 )
 
 
@@ -115,3 +118,33 @@ def test_the_drift_command_exits_non_zero_on_drift(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit:
         call_command("kernel_snapshot", drift=True, source=source)
     assert exit.value.code == 1
+
+
+def test_the_generated_transition_block_is_what_the_tables_render() -> None:
+    assert transitions_sql() in SOURCE.read_text()
+    assert source_rendered(SOURCE.read_text()) == SOURCE.read_text()
+
+
+def test_a_changed_transition_table_fails_the_check_until_rendered(tmp_path: Path) -> None:
+    """Change a table (a run may no longer be cancelled while pending): --check fails on the
+    source until kernel_snapshot renders the block again, and the new block says so."""
+    folder = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    source = tmp_path / "ledger.sql"
+    source.write_text(SOURCE.read_text())
+    changed = {
+        "run": {**RUN_TRANSITIONS, "pending": RUN_TRANSITIONS["pending"] - {RunStatus.CANCELLED}},
+        "step": STEP_TRANSITIONS,
+    }
+    pending = "WHEN 'pending' THEN p_to IN ('abandoned', 'budget_exceeded', 'running')"
+    assert pending in transitions_sql(changed) and pending not in source.read_text()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            "runs.kernel_source.transitions_sql", lambda tables=None: transitions_sql(changed)
+        )
+        assert _check(source, folder) == 1
+        call_command("kernel_snapshot", source=source, migrations=folder)
+        assert pending in source.read_text()
+        assert pending in snapshot_sql(snapshots(folder)[-1])
+        assert _check(source, folder) == 0

@@ -4,14 +4,23 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.kernel_source import MIGRATIONS, SOURCE, database_drift, snapshot_differs, snapshot_write
+from runs.kernel_source import (
+    MIGRATIONS,
+    SOURCE,
+    database_drift,
+    snapshot_differs,
+    snapshot_write,
+    transitions_render,
+    transitions_stale,
+)
 
 
 class Command(BaseCommand):
     help = (
         "Freeze runs/sql/ledger.sql (the journal kernel's one source) into a new migration "
-        "runs/migrations/NNNN_kernel_snapshot.py, when it differs from the newest snapshot. "
-        "--check writes nothing and exits 1 when it differs (as makemigrations --check); "
+        "runs/migrations/NNNN_kernel_snapshot.py, when it differs from the newest snapshot, "
+        "after rendering its generated block (the transition tables of runs/constants.py). "
+        "--check writes nothing and exits 1 when either is stale (as makemigrations --check); "
         "--drift compares the database's kernel functions and triggers with ledger.sql "
         "(executed in a transaction that is rolled back) and exits 1 on any difference."
     )
@@ -41,6 +50,14 @@ class Command(BaseCommand):
             if drift:
                 raise SystemExit(1)
             return
+        if options["check"] and transitions_stale(source):
+            self.stdout.write(
+                f"{source.name}: its generated block differs from the transition tables in "
+                "runs/constants.py"
+            )
+            raise SystemExit(1)
+        if not options["check"] and transitions_render(source):
+            self.stdout.write(f"rendered the transition tables into {source}")
         if not snapshot_differs(source, folder):
             self.stdout.write(f"{source.name}: no changes since the newest snapshot")
             return
