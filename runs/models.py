@@ -32,6 +32,21 @@ def journal_month_now() -> date:
     return date(now.year, now.month, 1)
 
 
+def budget_limit_checks(prefix: str, *, name: str, cost_name: str) -> list[models.CheckConstraint]:
+    """The one rule for a budget's limits, on a policy (`max_*`) and on the run that copies them
+    (`limit_*`): steps, tokens and wall seconds at least 1; the cost unset or above 0."""
+    positive = ("steps", "tokens", "wall_seconds")
+    cost = f"{prefix}_cost_usd"
+    return [
+        models.CheckConstraint(
+            condition=Q(**{f"{prefix}_{limit}__gte": 1 for limit in positive}), name=name
+        ),
+        models.CheckConstraint(
+            condition=Q(**{f"{cost}__isnull": True}) | Q(**{f"{cost}__gt": 0}), name=cost_name
+        ),
+    ]
+
+
 LIVE = [RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED, RunStatus.NEEDS_REVIEW]
 
 
@@ -54,13 +69,8 @@ class BudgetPolicy(models.Model):
             models.UniqueConstraint(
                 fields=["is_default"], condition=Q(is_default=True), name="one_default_policy"
             ),
-            models.CheckConstraint(
-                condition=Q(max_steps__gte=1, max_tokens__gte=1, max_wall_seconds__gte=1),
-                name="policy_limits_positive",
-            ),
-            models.CheckConstraint(
-                condition=Q(max_cost_usd__isnull=True) | Q(max_cost_usd__gt=0),
-                name="policy_cost_positive",
+            *budget_limit_checks(
+                "max", name="policy_limits_positive", cost_name="policy_cost_positive"
             ),
             models.CheckConstraint(
                 condition=Q(agent__isnull=True) | Q(is_default=False),
@@ -146,13 +156,8 @@ class Run(models.Model):
             models.CheckConstraint(
                 condition=Q(used_cost_usd__gte=0), name="run_used_cost_non_negative"
             ),
-            models.CheckConstraint(
-                condition=Q(limit_steps__gte=1, limit_tokens__gte=1, limit_wall_seconds__gte=1),
-                name="run_limits_positive",
-            ),
-            models.CheckConstraint(
-                condition=Q(limit_cost_usd__isnull=True) | Q(limit_cost_usd__gt=0),
-                name="run_limit_cost_positive",
+            *budget_limit_checks(
+                "limit", name="run_limits_positive", cost_name="run_limit_cost_positive"
             ),
             models.CheckConstraint(
                 condition=Q(used_steps__lte=F("step_count")), name="run_steps_used_match_journal"
