@@ -11,42 +11,12 @@ Django-free; depends on httpx only (imported when the first Ledger is built). `L
 over HTTP; `Ledger(transport=...)` takes another `Transport` (the server's in-process one).
 """
 
+from intentledger import errors
 from intentledger._ledger import Ledger
 from intentledger._run import Run, StepInfo, current_run
 from intentledger._tool import tool
 from intentledger._transport import Transport
-from intentledger.errors import (
-    ApprovalDenied,
-    ApprovalPending,
-    BudgetExceeded,
-    LeaseHeld,
-    LedgerError,
-    LedgerUnavailable,
-    NeedsReview,
-    NondeterminismError,
-    RunFinished,
-    StaleLease,
-    StepFailed,
-    StopRun,
-)
+from intentledger.errors import *  # noqa: F403  (the public errors: errors.__all__)
 
-__all__ = [
-    "ApprovalDenied",
-    "ApprovalPending",
-    "BudgetExceeded",
-    "LeaseHeld",
-    "Ledger",
-    "LedgerError",
-    "LedgerUnavailable",
-    "NeedsReview",
-    "NondeterminismError",
-    "Run",
-    "RunFinished",
-    "StaleLease",
-    "StepFailed",
-    "StepInfo",
-    "StopRun",
-    "Transport",
-    "current_run",
-    "tool",
-]
+__all__ = ["Ledger", "Run", "StepInfo", "Transport", "current_run", "tool"]
+__all__ += errors.__all__

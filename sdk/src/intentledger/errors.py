@@ -2,6 +2,22 @@
 
 from typing import Any
 
+# the package's public errors (`intentledger.__all__` takes them from here)
+__all__ = [
+    "ApprovalDenied",
+    "ApprovalPending",
+    "BudgetExceeded",
+    "LeaseHeld",
+    "LedgerError",
+    "LedgerUnavailable",
+    "NeedsReview",
+    "NondeterminismError",
+    "RunFinished",
+    "StaleLease",
+    "StepFailed",
+    "StopRun",
+]
+
 
 class LedgerError(Exception):
     """The ledger refused a call; `code` is the contract's error code (e.g. `lease_held`)."""
