@@ -288,7 +288,17 @@ def invoke_rule(attrs: dict[str, Any]) -> dict[str, list[str]] | None:
         attrs.get("outcome") is not None or attrs.get("kind") != StepKind.TOOL
     ):
         return {"invoke": ["A gateway step is a tool step and brings no outcome."]}
+    if attrs.get("invoke") and attrs.get("previous_outcome") is not None:
+        return {"previous_outcome": ["A gateway step takes no previous_outcome."]}
     # which effect may bring an outcome or name an enforcer: the kernel decides, for every caller
+    return None
+
+
+def previous_outcome_rule(attrs: dict[str, Any]) -> dict[str, list[str]] | None:
+    """A carried outcome is the previous step's (which steps may carry one: the kernel says)."""
+    previous = attrs.get("previous_outcome")
+    if previous is not None and previous["index"] != attrs.get("index", 0) - 1:
+        return {"previous_outcome": ["Must be the outcome of the step before (index - 1)."]}
     return None
 
 
@@ -309,6 +319,10 @@ _OUTCOME_FIELDS: dict[str, Field] = {
     "usage": Nested(shape=USAGE, default=None, nullable=True),
 }
 OUTCOME_FIELDS = Shape("OutcomeFieldsSerializer", _OUTCOME_FIELDS)
+PREVIOUS_OUTCOME = Shape(
+    "PreviousOutcomeSerializer",
+    {"index": Int(low=0, high=MAX_STEP_INDEX), **_OUTCOME_FIELDS},
+)
 
 HEARTBEAT = Shape("EpochSerializer", {"epoch": EPOCH})
 
@@ -334,8 +348,15 @@ INTENT = Shape(
             help_text="Run the registered gateway tool `name` under the step's key and answer "
             "the step done or error, in this one call.",
         ),
+        "previous_outcome": Nested(
+            shape=PREVIOUS_OUTCOME,
+            default=None,
+            nullable=True,
+            help_text="The outcome of the step before (index - 1), a write enforced_by tool, "
+            "recorded first in the same transaction as this intent.",
+        ),
     },
-    rules=(invoke_rule,),
+    rules=(invoke_rule, previous_outcome_rule),
     component="StepIntentInput",
 )
 
@@ -349,6 +370,7 @@ __all__ = [
     "LEASE",
     "OUTCOME",
     "OUTCOME_FIELDS",
+    "PREVIOUS_OUTCOME",
     "USAGE",
     "AnyJSONField",
     "Decline",

@@ -30,16 +30,21 @@ def intent_status(state: str, *, created: bool) -> int:
 
 
 def intent(*, run_id: UUID | str, payload: dict[str, Any], actor: str) -> Reply:
-    """POST .../steps/: journal an intent (a read with its outcome), or run a gateway step."""
+    """POST .../steps/: journal an intent (a read with its outcome), or run a gateway step;
+    with `previous_outcome`, the previous step's outcome first, in the same transaction."""
     data = dict(payload)
     try:
         if data.pop("invoke", False):
             data.pop("outcome", None)
+            data.pop("previous_outcome", None)
             del data["kind"]
             result: Any = gateway_step_run(run_id=run_id, **data, actor=actor)
         else:
             result = step_intent_record(run_id=run_id, **data, actor=actor)
     except BudgetStopped as stop:
+        if stop.answer.step.index != payload["index"]:
+            # the carried previous_outcome stopped the run: answered as its outcome call would be
+            raise stop.answered(outcome_json(stop.answer)) from None
         raise stop.answered({"step": step_json(stop.answer.step)}) from None
     return intent_status(result.step.state, created=result.created), step_json(result.step)
 

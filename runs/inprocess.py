@@ -183,6 +183,7 @@ class InProcessTransport:
         enforced_by: str | None = None,
         outcome: dict[str, Any] | None = None,
         invoke: bool = False,
+        previous_outcome: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "epoch": epoch,
@@ -194,6 +195,7 @@ class InProcessTransport:
             "enforced_by": enforced_by,
             "outcome": outcome,
             "invoke": invoke,
+            "previous_outcome": previous_outcome,
         }
 
         def record(principal: WorkerPrincipal) -> dict[str, Any]:

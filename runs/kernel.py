@@ -344,14 +344,21 @@ def _statement(function: str, arity: int) -> str:
 
 _INTENT_SQL = _statement("ledger_step_intent", 22)
 _OUTCOME_SQL = _statement("ledger_step_outcome", 12)
+_OUTCOME_INTENT_SQL = _statement("ledger_step_outcome_intent", 29)
 
 
 def _call(statement: str, params: list[Any]) -> dict[str, Any]:
+    (row,) = _rows(statement, params)[:1]
+    return row
+
+
+def _rows(statement: str, params: list[Any]) -> list[dict[str, Any]]:
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
-        row = cursor.fetchone()
-        assert row is not None and cursor.description is not None
-        return dict(zip([c.name for c in cursor.description], row, strict=True))
+        rows = cursor.fetchall()
+        assert rows and cursor.description is not None
+        names = [c.name for c in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
 
 def _answer(
@@ -409,6 +416,7 @@ def step_intent(
     arguments: Any,
     enforced_by: str | None = None,
     outcome: dict[str, Any] | None = None,
+    previous_outcome: dict[str, Any] | None = None,
     actor: str,
 ) -> StepAnswer:
     """Journal a step's intent before it runs (or, for a read step, intent and outcome at once).
@@ -416,7 +424,10 @@ def step_intent(
     Index `step_count` is a new step and consumes one step of budget; a lower index is a replay
     (returned as recorded, consuming nothing) or the re-execution of an interrupted step. A
     write step takes two calls (no outcome here) and, naming no enforcer, is enforced by nobody;
-    a read step names none.
+    a read step names none. `previous_outcome` ({index, status, result, usage}) is the outcome
+    of the step before, a write its tool enforces, recorded first in the same transaction
+    (docs/design-notes.md has the crash analysis): its refusal refuses the call with nothing
+    written, its budget stop is raised as the outcome call raises it.
     """
     if effect == Effect.WRITE and outcome is not None:
         raise invalid(
@@ -454,34 +465,59 @@ def step_intent(
         result_text = _text(known["result"])
         usage = usage_of(outcome.get("usage"))
         done_payload = outcome_payload(index=index, result_text=result_text, usage=usage)
-    row = _call(
-        _INTENT_SQL,
-        [
-            str(run_id),
-            epoch,
-            index,
-            kind,
-            name,
-            effect,
-            enforced_by,
-            args_text,
-            args_hash,
-            key,
-            now,
-            actor,
-            event_prefix(actor, now),
-            intent_payload,
-            reopen_payload,
-            outcome is not None,
-            ok,
-            None if known.get("result") is None else result_text,
-            usage[0],
-            usage[1],
-            usage[2],
-            done_payload,
-        ],
-    )
-    return _answer(row, run_id=run_id, index=index, known=known)
+    params = [
+        str(run_id),
+        epoch,
+        index,
+        kind,
+        name,
+        effect,
+        enforced_by,
+        args_text,
+        args_hash,
+        key,
+        now,
+        actor,
+        event_prefix(actor, now),
+        intent_payload,
+        reopen_payload,
+        outcome is not None,
+        ok,
+        None if known.get("result") is None else result_text,
+        usage[0],
+        usage[1],
+        usage[2],
+        done_payload,
+    ]
+    if previous_outcome is None:
+        return _answer(_call(_INTENT_SQL, params), run_id=run_id, index=index, known=known)
+    previous = previous_outcome
+    carried = [previous["index"], *_outcome_params(previous, index=previous["index"])]
+    rows = _rows(_OUTCOME_INTENT_SQL, params + carried)
+    if rows[0]["code"] == "outcome_not_carried":
+        raise invalid(
+            "previous_outcome",
+            f"Step {previous['index']} is not a write enforced by its tool; send its outcome "
+            "with its own call.",
+            "Only the outcome of a write step enforced_by tool rides on the next call.",
+        )
+    _answer(rows[0], run_id=run_id, index=previous["index"], known={"result": previous["result"]})
+    return _answer(rows[1], run_id=run_id, index=index, known=known)
+
+
+def _outcome_params(outcome: dict[str, Any], *, index: int) -> list[Any]:
+    """(ok, result, input tokens, output tokens, cost, the step_done/step_error payload)."""
+    result = outcome.get("result")
+    result_text = _text(result)
+    spent = usage_of(outcome.get("usage"))
+    return [
+        outcome.get("status", "ok") == "ok",
+        None if result is None else result_text,
+        spent[0],
+        spent[1],
+        spent[2],
+        outcome_payload(index=index, result_text=result_text, usage=spent),
+    ]
 
 
 def step_outcome(
@@ -502,24 +538,25 @@ def step_outcome(
     """
     if not 0 <= index < 2**31:  # no such step can exist (the column is an integer)
         raise refusal("step_not_found", {"index": index}, run_id=run_id)
-    result_text = _text(result)
-    spent = usage_of(usage)
     now = clock.now()
+    ok, result_text, spent_in, spent_out, spent_cost, payload = _outcome_params(
+        {"status": status, "result": result, "usage": usage}, index=index
+    )
     row = _call(
         _OUTCOME_SQL,
         [
             str(run_id),
             epoch,
             index,
-            status == "ok",
-            None if result is None else result_text,
-            spent[0],
-            spent[1],
-            spent[2],
+            ok,
+            result_text,
+            spent_in,
+            spent_out,
+            spent_cost,
             now,
             actor,
             event_prefix(actor, now),
-            outcome_payload(index=index, result_text=result_text, usage=spent),
+            payload,
         ],
     )
     return _answer(row, run_id=run_id, index=index, known={"result": result})

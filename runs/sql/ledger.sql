@@ -728,6 +728,49 @@ BEGIN
 END
 $$;
 
+-- POST /runs/{id}/steps/ with previous_outcome: the previous step's outcome, then the new intent,
+-- in one transaction. Only a write enforced by its tool may have its outcome carried (recovery
+-- re-runs such a step under its key; any other write keeps its own outcome call): any other step
+-- answers code 'outcome_not_carried' and nothing is written. Answers one row, the outcome's,
+-- when it is refused or stops the run at a budget (then committed, as the outcome call is), else
+-- two: the outcome's, then the intent's.
+CREATE OR REPLACE FUNCTION ledger_step_outcome_intent(
+    p_run uuid, p_epoch bigint, p_index integer, p_kind text, p_name text, p_effect text,
+    p_enforced_by text, p_arguments text, p_args_hash text, p_key text,
+    p_now timestamptz, p_actor text, p_prefix text, p_intent_payload text, p_reopen_payload text,
+    p_outcome boolean, p_ok boolean, p_result text, p_in bigint, p_out bigint, p_cost numeric,
+    p_outcome_payload text,
+    p_prev_index integer, p_prev_ok boolean, p_prev_result text, p_prev_in bigint,
+    p_prev_out bigint, p_prev_cost numeric, p_prev_payload text
+) RETURNS SETOF ledger_step_answer
+LANGUAGE plpgsql AS $$
+DECLARE
+    prev record;
+    a ledger_step_answer;
+BEGIN
+    SELECT s.effect, s.enforced_by INTO prev FROM runs_step s
+    JOIN runs_run r ON r.id = s.run_id AND r.journal_month = s.journal_month
+    WHERE s.run_id = p_run AND s."index" = p_prev_index;
+    IF FOUND AND (prev.effect <> 'write' OR prev.enforced_by IS DISTINCT FROM 'tool') THEN
+        a.code := 'outcome_not_carried';
+        a.details := jsonb_build_object('index', p_prev_index, 'effect', prev.effect,
+            'enforced_by', prev.enforced_by);
+        RETURN NEXT a;
+        RETURN;
+    END IF;
+    a := ledger_step_outcome(p_run, p_epoch, p_prev_index, p_prev_ok, p_prev_result,
+        p_prev_in, p_prev_out, p_prev_cost, p_now, p_actor, p_prefix, p_prev_payload);
+    RETURN NEXT a;
+    IF a.code IS NOT NULL THEN
+        RETURN;  -- refused (nothing written) or a budget stop (recorded)
+    END IF;
+    RETURN NEXT ledger_step_intent(p_run, p_epoch, p_index, p_kind, p_name, p_effect,
+        p_enforced_by, p_arguments, p_args_hash, p_key, p_now, p_actor, p_prefix,
+        p_intent_payload, p_reopen_payload, p_outcome, p_ok, p_result, p_in, p_out, p_cost,
+        p_outcome_payload);
+END
+$$;
+
 -- The triggers. On the partitioned runs_event each is cloned onto every partition, those made
 -- later included.
 DROP TRIGGER IF EXISTS runs_event_append_only ON runs_event;

@@ -97,6 +97,7 @@ def test_replay_returns_recorded_results_without_executing_or_spending(ledger: L
     first = ledger.run("sdk-replay", {}, worker="pod-1", ttl_seconds=30).__enter__()
     reply = first.model(scripted_model, [{"role": "user", "content": "a"}], tokens=100)
     charged = first.tool("payments.charge", {"amount": 5}, fn=charge)
+    first.tool("note", {"n": 1}, effect="read", fn=lambda n: n)  # carries the charge's outcome
     crash(first)
     used_tokens = RunRow.objects.get(pk=first.id).used_tokens
 
@@ -111,7 +112,8 @@ def test_replay_returns_recorded_results_without_executing_or_spending(ledger: L
 
         assert second.model(model, [{"role": "user", "content": "a"}], tokens=100) == reply
         assert second.tool("payments.charge", {"amount": 5}, fn=charge) == charged
-        assert second.replayed == 2 and second.executed == 0
+        assert second.tool("note", {"n": 1}, effect="read", fn=lambda n: pytest.fail("re-ran"))
+        assert second.replayed == 3 and second.executed == 0
         assert model_calls == []
         second.output = "ok"
 
@@ -119,7 +121,7 @@ def test_replay_returns_recorded_results_without_executing_or_spending(ledger: L
     assert calls[0] == Step.objects.get(run_id=first.id, index=1).idempotency_key
     row = RunRow.objects.get(pk=first.id)
     assert row.used_tokens == used_tokens == 105
-    assert row.used_steps == 2
+    assert row.used_steps == 3
     assert row.status == "completed"
 
 

@@ -21,6 +21,7 @@ from intentledger import (
     StaleLease,
 )
 
+from runs.chain import run_chain_breaks
 from runs.inprocess import InProcessTransport
 from runs.models import ApprovalRule, BudgetPolicy, Event, Step, WorkerToken
 from runs.models import Run as RunRow
@@ -123,6 +124,7 @@ def test_a_restarted_worker_replays_recorded_steps_without_running_them(ledger: 
     first = ledger.run("contract-replay", {}, external_id="r-1", worker="pod-1").__enter__()
     first.model(model, [{"role": "user", "content": "a"}])
     first.tool("payments.charge", {"amount": 5}, fn=charge)
+    first.tool("note", {"n": 1}, effect="read", fn=lambda n: n)  # carries the charge's outcome
     crash(first)
 
     with ledger.run("contract-replay", {}, external_id="r-1", worker="pod-1") as second:
@@ -131,11 +133,12 @@ def test_a_restarted_worker_replays_recorded_steps_without_running_them(ledger: 
             lambda messages: pytest.fail("re-ran"), [{"role": "user", "content": "a"}]
         )
         assert second.tool("payments.charge", {"amount": 5}, fn=charge) == {"charged": 5}
-        assert (second.replayed, second.executed) == (2, 0)
+        assert second.tool("note", {"n": 1}, effect="read", fn=lambda n: pytest.fail("re-ran"))
+        assert (second.replayed, second.executed) == (3, 0)
         second.output = "ok"
     assert len(calls) == 1
     row = RunRow.objects.get(pk=first.id)
-    assert (row.status, row.used_steps, row.used_recoveries) == ("completed", 2, 1)
+    assert (row.status, row.used_steps, row.used_recoveries) == ("completed", 3, 1)
 
 
 def test_a_zombie_with_a_stale_epoch_is_refused_and_writes_nothing(ledger: Ledger) -> None:
@@ -323,3 +326,179 @@ def test_in_process_calls_refuse_to_run_inside_a_callers_transaction(
         ledger.run("contract-atomic", {}, worker="w-t").__enter__()
     assert not RunRow.objects.filter(agent="contract-atomic").exists()
     assert BudgetPolicy.objects.filter(agent="contract-atomic").count() == 0
+
+
+# --- a write enforced by its tool: its outcome rides on the next call (docs/design-notes.md) ---
+
+
+class KeyedTool:
+    """A tool that honours the idempotency key, as `enforced_by: tool` promises: a key it has
+    seen answers its first result, with no second effect."""
+
+    def __init__(self) -> None:
+        self.effects: list[str] = []
+        self.answers: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, to: str, idempotency_key: str) -> dict[str, Any]:
+        if idempotency_key not in self.answers:
+            self.effects.append(idempotency_key)
+            self.answers[idempotency_key] = {"sent": to, "n": len(self.effects)}
+        return self.answers[idempotency_key]
+
+
+def counted(ledger: Ledger) -> dict[str, int]:
+    """How many times the run called each transport method (the SDK's round trips)."""
+    calls: dict[str, int] = {}
+    transport = ledger._transport
+    for name in ("step_record", "step_outcome", "run_complete"):
+        method = getattr(transport, name)
+
+        def spy(*args: Any, _name: str = name, _method: Any = method, **kwargs: Any) -> Any:
+            calls[_name] = calls.get(_name, 0) + 1
+            return _method(*args, **kwargs)
+
+        setattr(transport, name, spy)
+    return calls
+
+
+def test_a_tool_enforced_writes_outcome_rides_on_the_next_steps_call(ledger: Ledger) -> None:
+    send = KeyedTool()
+    calls = counted(ledger)
+    with ledger.run("contract-carry", {}, worker="w-c") as run:
+        first = run.tool("email", {"to": "a@b.example"}, fn=send)
+        second = run.tool("email", {"to": "c@d.example"}, fn=send)  # carries the first's outcome
+        run.model(model, [{"role": "user", "content": "hi"}])  # carries the second's
+        third = run.tool("email", {"to": "e@f.example"}, fn=send)
+        run.output = [first, second, third]  # complete: the third's outcome by its own call first
+    # four steps, three of them writes: four step calls and one outcome call, not seven calls
+    assert calls == {"step_record": 4, "step_outcome": 1, "run_complete": 1}
+    steps = list(Step.objects.filter(run_id=run.id).order_by("index"))
+    assert [s.state for s in steps] == ["done"] * 4
+    assert [s.result for s in steps if s.effect == "write"] == [first, second, third]
+    assert send.effects == [
+        steps[0].idempotency_key,
+        steps[1].idempotency_key,
+        steps[3].idempotency_key,
+    ]
+    events = list(Event.objects.filter(run_id=run.id).order_by("seq"))
+    assert [e.type for e in events] == ["run_created", "lease_acquired"] + [
+        "step_intent",
+        "step_done",
+    ] * 4 + ["run_completed"]
+    # each carried outcome committed in the same statement as the next intent, before it
+    for done, intent in ((events[3], events[4]), (events[5], events[6])):
+        assert (done.payload["index"] + 1, done.at) == (intent.payload["index"], intent.at)
+    row = RunRow.objects.get(pk=run.id)
+    assert (row.status, row.used_steps, row.used_tokens) == ("completed", 4, 15)
+    assert run_chain_breaks(row) == []  # the hashes the statement computed recompute
+
+
+def test_a_crash_before_the_carrying_call_reruns_the_write_under_its_key(ledger: Ledger) -> None:
+    send = KeyedTool()
+    first = ledger.run("contract-carry-crash", {}, worker="pod-1").__enter__()
+    sent = first.tool("email", {"to": "a@b.example"}, fn=send)
+    crash(first)  # the effect happened; the outcome was held for the next call, never sent
+    step = Step.objects.get(run_id=first.id, index=0)
+    assert step.state == "intent"
+
+    with ledger.attach(first.id, worker="pod-1") as second:
+        assert second.recovered
+        assert second.tool("email", {"to": "a@b.example"}, fn=send) == sent  # the key replays
+        second.output = "ok"
+    assert send.effects == [step.idempotency_key]  # one effect
+    step.refresh_from_db()
+    assert (step.state, step.result, step.executions) == ("done", sent, 2)
+    types = list(Event.objects.filter(run_id=first.id).values_list("type", flat=True))
+    assert "step_unknown" not in types and "step_interrupted" in types
+    assert RunRow.objects.get(pk=first.id).status == "completed"
+
+
+def test_a_write_nobody_enforces_keeps_its_own_outcome_call(ledger: Ledger) -> None:
+    calls = counted(ledger)
+    with ledger.run("contract-carry-nobody", {}, worker="w-n") as run:
+        run.tool("email", {"to": "a@b.example"}, enforced_by="nobody", fn=lambda to: to)
+        run.tool("note", {"n": 1}, effect="read", fn=lambda n: n)
+        run.output = "ok"
+    assert calls == {"step_record": 2, "step_outcome": 1, "run_complete": 1}
+
+
+def test_a_carried_outcome_the_kernel_refuses_writes_nothing(ledger: Ledger) -> None:
+    transport = ledger._transport
+    with ledger.run("contract-carry-refused", {}, worker="w-r") as run:
+        run.tool("email", {"to": "a@b.example"}, enforced_by="nobody", fn=lambda to: to)
+        run.tool("charge", {"n": 1}, enforced_by="tool", fn=lambda n, idempotency_key: n)
+        row = RunRow.objects.get(pk=run.id)
+        events = Event.objects.filter(run=row).count()
+        intent: dict[str, Any] = {
+            "epoch": run.epoch,
+            "kind": "tool",
+            "name": "note",
+            "effect": "read",
+            "arguments": {},
+            "outcome": {"status": "ok", "result": 1},
+        }
+        refusals = [
+            # the step before is a write nobody enforces: its outcome may not wait
+            ({"index": 1, "previous_outcome": {"index": 0, "result": "x"}}, "previous_outcome"),
+            # not the step before
+            ({"index": 2, "previous_outcome": {"index": 0, "result": "x"}}, "previous_outcome"),
+            # a gateway step carries nothing
+            (
+                {
+                    "index": 2,
+                    "effect": "write",
+                    "outcome": None,
+                    "invoke": True,
+                    "previous_outcome": {"index": 1, "result": 1},
+                },
+                "previous_outcome",
+            ),
+        ]
+        for fields, field in refusals:
+            with pytest.raises(LedgerError) as refused:
+                transport.step_record(run.id, **{**intent, **fields})
+            assert (refused.value.code, refused.value.status) == ("validation_error", 400)
+            assert field in refused.value.details
+        assert Event.objects.filter(run=row).count() == events
+        assert Step.objects.filter(run=row).count() == 2
+        run.tool("note", {"n": 1}, effect="read", fn=lambda n: n)  # carries the held outcome
+        assert Step.objects.get(run=row, index=1).result == 1
+        events = Event.objects.filter(run=row).count()
+        # another outcome for the step it carried: the outcome's conflict, answered first
+        with pytest.raises(LedgerError) as conflict:
+            transport.step_record(
+                run.id,
+                **{
+                    **intent,
+                    "index": 2,
+                    "arguments": {"n": 1},
+                    "previous_outcome": {"index": 1, "result": 2},
+                },
+            )
+        assert (conflict.value.code, conflict.value.status) == ("outcome_conflict", 409)
+        assert Event.objects.filter(run=row).count() == events
+        run.output = "ok"
+    assert RunRow.objects.get(pk=run.id).status == "completed"
+
+
+def test_a_budget_stop_from_the_carried_outcome_is_the_outcome_calls_answer(
+    ledger: Ledger, make_policy: Any
+) -> None:
+    make_policy("contract-carry-budget", max_tokens=100)
+    send = KeyedTool()
+
+    def costly(to: str, idempotency_key: str) -> dict[str, Any]:
+        return {**send(to, idempotency_key), "usage": {"input_tokens": 150}}
+
+    run = ledger.run("contract-carry-budget", {}, worker="w-b")
+    with pytest.raises(BudgetExceeded) as caught, run:
+        run.tool("email", {"to": "a@b.example"}, fn=costly)
+        run.tool("email", {"to": "c@d.example"}, fn=costly)  # its intent carries the stop
+    stop = caught.value
+    assert (stop.code, stop.status, stop.details["limit"]) == ("budget_exceeded", 409, "tokens")
+    assert stop.details["step"]["index"] == 0 and stop.details["step"]["state"] == "done"
+    assert stop.details["budget"]["used"]["tokens"] == 150
+    row = RunRow.objects.get(pk=run.id)
+    assert (row.status, row.used_tokens) == ("budget_exceeded", 150)
+    assert Step.objects.filter(run=row).count() == 1  # the second intent was not journalled
+    assert len(send.effects) == 1

@@ -213,6 +213,7 @@ class HttpTransport:
         enforced_by: str | None = None,
         outcome: dict[str, Any] | None = None,
         invoke: bool = False,
+        previous_outcome: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "epoch": epoch,
@@ -228,6 +229,8 @@ class HttpTransport:
             body["outcome"] = outcome
         if invoke:
             body["invoke"] = True
+        if previous_outcome is not None:
+            body["previous_outcome"] = previous_outcome
         return self._write(f"/api/v1/runs/{run_id}/steps/", body)
 
     def step_outcome(

@@ -91,6 +91,10 @@ def _usage_of(result: Any) -> dict[str, Any]:
     return out
 
 
+def _spends(usage: dict[str, Any]) -> bool:
+    return bool(usage.get("input_tokens") or usage.get("output_tokens") or usage.get("cost_usd"))
+
+
 def _accepts_key(fn: Callable[..., Any]) -> bool:
     try:
         parameters = inspect.signature(fn).parameters
@@ -155,6 +159,9 @@ class Run:
         self.executed = 0
         self.lease_seconds = 0.0  # how long the last lease call (with its journal) took
         self._next = 0
+        # a write enforced by its tool: its outcome, held to ride on the next call
+        # ({index, status, result, usage}; docs/design-notes.md has the crash analysis)
+        self._held: dict[str, Any] | None = None
         self._stopped: StopRun | None = None
         self._lease_deadline = 0.0
         self._lock = threading.Lock()
@@ -192,6 +199,7 @@ class Run:
         self.input = self.info["input"]
         self.journal = {int(step["index"]): step for step in grant["journal"]}
         self._next = 0
+        self._held = None
         self._stopped = None
         return dict(grant)
 
@@ -205,17 +213,22 @@ class Run:
         if self._token is not None:
             _current.reset(self._token)
             self._token = None
+        failing = isinstance(exc, Exception) and not isinstance(
+            exc, StopRun | NondeterminismError | LedgerUnavailable
+        )
+        if self._stopped is not None or not (exc is None or failing):
+            self._offer_held()  # the block stops writing: the held outcome, once, if it lands
         if self._stopped is not None and exc is None:
             raise self._stopped
         if exc is None:
+            self._flush()  # finishing over an open write would send it to review
             self.info = self._write(
                 self._transport.run_complete, self.id, epoch=self.epoch, output=self.output
             )
-        elif isinstance(exc, Exception) and not isinstance(
-            exc, StopRun | NondeterminismError | LedgerUnavailable
-        ):
+        elif failing:
             error = {"type": type(exc).__name__, "message": str(exc)[:2000]}
             try:
+                self._flush()
                 self.info = self._write(
                     self._transport.run_fail, self.id, epoch=self.epoch, error=error
                 )
@@ -322,6 +335,7 @@ class Run:
         `intent_not_journalled`); the gateway records that step's outcome itself.
         """
         self._check_lease_for_write()
+        self._flush()  # a held outcome is committed before any effect that follows it
         waited_since = time.monotonic()
         while True:
             try:
@@ -402,6 +416,7 @@ class Run:
         if on_gateway:
             # one call: the ledger journals the intent, runs the tool under the step's key and
             # records its outcome (a crash anywhere in it is recovered from the key record)
+            self._flush()  # a gateway step takes no previous_outcome
             try:
                 step = self._gateway_step(index, name, effect, args)
                 if step["state"] == "awaiting_approval":  # 202: an approval rule holds it
@@ -424,6 +439,8 @@ class Run:
             status = "ok" if step["state"] == "done" else "error"
             result, raised = step["result"], None
         elif effect == "read":
+            if self._held is not None and _spends(self._held["usage"]):
+                self._flush()  # a budget stop it raises comes before the read spends anything
             status, result, raised = self._execute(run, None)
             step = self._intent(
                 index,
@@ -451,6 +468,19 @@ class Run:
             else:
                 self._check_lease_for_write()
                 status, result, raised = self._execute(run, step["idempotency_key"])
+                if enforced_by == "tool" and status == "ok":
+                    # the tool honours the key: a crash before the outcome lands is re-run
+                    # under it, so the outcome rides on the next call (notified when it lands)
+                    self._held = {
+                        "index": index,
+                        "status": status,
+                        "result": result,
+                        "usage": _usage_of(result),
+                    }
+                    self.journal[index] = step
+                    self._next += 1
+                    self.executed += 1
+                    return result
                 step = self._outcome(index, status, result, _usage_of(result))
         self.journal[index] = step
         self._next += 1
@@ -501,6 +531,10 @@ class Run:
         *,
         outcome: dict[str, Any] | None,
     ) -> dict[str, Any]:
+        held = self._held
+        if held is not None and held["index"] != index - 1:
+            self._flush()
+            held = None
         try:
             step = self._write(
                 self._transport.step_record,
@@ -513,11 +547,20 @@ class Run:
                 arguments=args,
                 enforced_by=enforced_by,
                 outcome=outcome,
+                previous_outcome=held,
             )
         except LedgerError as error:
-            if error.code == "budget_exceeded" and isinstance(error.details.get("step"), dict):
-                self.journal[index] = error.details["step"]
+            stopped = error.details.get("step")
+            if error.code == "budget_exceeded" and isinstance(stopped, dict):
+                self.journal[int(stopped["index"])] = stopped
+                if held is not None and stopped["index"] == held["index"]:
+                    self._held = None  # recorded: the carried outcome stopped the run
             raise
+        if held is not None:
+            self._held = None
+            landed = {**self.journal[held["index"]], "state": "done", "result": held["result"]}
+            self.journal[held["index"]] = landed
+            self._notify(landed, replayed=False)
         return step
 
     def _await_approval(self, index: int, name: str) -> None:
@@ -571,6 +614,35 @@ class Run:
                 raise LedgerUnavailable(
                     error.message, code=error.code, status=error.status, details=error.details
                 ) from error
+
+    def _flush(self) -> None:
+        """The held outcome by its own call (the outcome call), when no call can carry it."""
+        held, self._held = self._held, None
+        if held is not None:
+            step = self._outcome(held["index"], held["status"], held["result"], held["usage"])
+            self.journal[held["index"]] = step
+            self._notify(step, replayed=False)
+
+    def _offer_held(self) -> None:
+        """The block stops writing with an outcome held: offer it once, past the stop fence
+        (the kernel refuses it under a stale epoch; a cancelled run takes it). Whatever
+        happens, recovery re-runs the step under its key."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        try:
+            self._transport.step_outcome(
+                self.id,
+                held["index"],
+                epoch=self.epoch,
+                status=held["status"],
+                result=held["result"],
+                usage=held["usage"],
+            )
+        except Exception as error:  # best effort: the step's key covers it
+            logger.info(
+                "run %s: held outcome of step %s not recorded: %s", self.id, held["index"], error
+            )
 
     def _outcome(
         self, index: int, status: str, result: Any, usage: dict[str, Any]

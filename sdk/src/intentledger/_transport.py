@@ -55,9 +55,12 @@ class Transport(Protocol):
         enforced_by: str | None = None,
         outcome: dict[str, Any] | None = None,
         invoke: bool = False,
+        previous_outcome: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """POST /runs/{id}/steps/: the step (an intent; with `outcome` a read step done; with
-        `invoke` a gateway step run); `awaiting_approval` when an approval rule holds it."""
+        `invoke` a gateway step run); `awaiting_approval` when an approval rule holds it.
+        `previous_outcome` ({index, status, result, usage}): the step before's outcome (a write
+        enforced_by tool), recorded first in the same transaction."""
         ...
 
     def step_outcome(
