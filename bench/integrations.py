@@ -1,5 +1,5 @@
 """What each framework integration adds per step over the bare framework, and what the MCP proxy
-adds per `tools/call` over a direct stdio call.
+adds per `tools/call` over a direct stdio call, each beside a bare SDK step of the same run.
 
     BENCH_TREE=worktree python -m bench.integrations [--runs 7] [--tools 10]
 
@@ -8,9 +8,12 @@ Starts gunicorn on its own database (`bench_integrations`, migrated here), the w
 scripted agent (an offline model that asks for `--tools` write-tool calls, one per response, then
 answers: 2 x tools + 1 steps) bare and journalled, alternately; the figure is the p50 over the
 runs of (journalled - bare) / steps, timed inside the run's `with` block (the run's create,
-lease and complete are reported apart). The MCP part calls a read and a write tool of the test
-suite's upstream server directly and through `intentledger mcp proxy`; the figure is the
-difference of the per-call p50s. Results are printed and written to bench/.work/integrations.json.
+lease and complete are reported apart). After each pair, the same steps made with the bare SDK
+(`run.model(...)` read steps and `run.tool(...)` write steps, through the same HttpTransport to
+the same server) give the bare SDK step the overhead is divided by. The MCP part calls a read
+and a write tool of the test suite's upstream server directly and through `intentledger mcp
+proxy`; the figure is the difference of the per-call p50s, divided by a bare SDK read or write
+step measured right after. Writes bench/INTEGRATIONS.md and bench/INTEGRATIONS.json (`--out`).
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench import stack
-from bench.common import ROOT, WORK
+from bench.common import BENCH, ROOT, git_revision, machine_description
 
 Case = tuple[Callable[[], Any], Callable[[Any], Any]]  # (bare run, journalled run given a Run)
 
@@ -153,12 +157,43 @@ def langgraph_case(tools: int) -> Case:
     return (lambda: bare.invoke(start), lambda run: durable.invoke(start))
 
 
-def measure(name: str, case: Case, *, ledger: Any, runs: int, steps: int) -> dict[str, Any]:
+def bare_sdk_steps(ledger: Any, *, reads: int, writes: int) -> dict[str, list[float]]:
+    """Per-step times (ms) of the bare SDK doing what a journalled agent run does: `reads` model
+    steps (read, one call) and `writes` tool steps (write enforced by the tool: intent, effect,
+    outcome), alternately, in one run of its own."""
+
+    def model(**_: Any) -> dict[str, Any]:
+        return {"text": "done", "usage": {"input_tokens": 10, "output_tokens": 1}}
+
+    def noop(i: int, idempotency_key: str) -> str:
+        return f"ok {i}"
+
+    times: dict[str, list[float]] = {"read": [], "write": []}
+    with ledger.run("bench-sdk", {}, external_id=f"sdk-{uuid.uuid4().hex}") as run:
+        for i in range(max(reads, writes)):
+            if i < reads:
+                t0 = time.perf_counter()
+                run.model(model, name="model:scripted", model="scripted", messages=i)
+                times["read"].append((time.perf_counter() - t0) * 1000)
+            if i < writes:
+                t0 = time.perf_counter()
+                run.tool("noop", {"i": i}, fn=noop)
+                times["write"].append((time.perf_counter() - t0) * 1000)
+        run.output = "done"
+    return times
+
+
+def measure(
+    name: str, case: Case, *, ledger: Any, runs: int, tools: int, steps: int
+) -> dict[str, Any]:
     bare, durable = case
     per_step: list[float] = []
     fixed: list[float] = []
     bare_ms: list[float] = []
-    for attempt in range(runs + 1):  # the first pair warms up
+    sdk_mix: list[float] = []  # the bare SDK's time per step for the same reads and writes
+    sdk: dict[str, list[float]] = {"read": [], "write": []}
+    reads = steps - tools  # model responses are read steps, tool calls write steps
+    for attempt in range(runs + 1):  # the first round warms up
         t0 = time.perf_counter()
         bare()
         bare_run = (time.perf_counter() - t0) * 1000
@@ -170,17 +205,28 @@ def measure(name: str, case: Case, *, ledger: Any, runs: int, steps: int) -> dic
             run.output = "done"
             assert run.next_index == steps, (name, run.next_index, steps)
         whole = (time.perf_counter() - t_enter) * 1000
+        sdk_steps = bare_sdk_steps(ledger, reads=reads, writes=tools)
         if attempt:
             bare_ms.append(bare_run)
             per_step.append((durable_run - bare_run) / steps)
             fixed.append(whole - durable_run)
+            sdk_mix.append((sum(sdk_steps["read"]) + sum(sdk_steps["write"])) / steps)
+            for kind in sdk:
+                sdk[kind].extend(sdk_steps[kind])
+    overhead, mix = statistics.median(per_step), statistics.median(sdk_mix)
     return {
         "framework": name,
         "steps_per_run": steps,
+        "reads_per_run": reads,
+        "writes_per_run": tools,
         "bare_run_ms_p50": round(statistics.median(bare_ms), 2),
-        "overhead_per_step_ms_p50": round(statistics.median(per_step), 2),
+        "overhead_per_step_ms_p50": round(overhead, 2),
         "overhead_per_step_ms_min_max": [round(min(per_step), 2), round(max(per_step), 2)],
         "run_create_lease_complete_ms_p50": round(statistics.median(fixed), 2),
+        "sdk_read_step_ms_p50": round(statistics.median(sdk["read"]), 2),
+        "sdk_write_step_ms_p50": round(statistics.median(sdk["write"]), 2),
+        "sdk_step_same_mix_ms_p50": round(mix, 2),
+        "overhead_per_sdk_step": round(overhead / mix, 2),
     }
 
 
@@ -205,12 +251,13 @@ async def mcp_calls(params: Any, calls: int) -> dict[str, list[float]]:
     return times
 
 
-def measure_mcp(url: str, token: str, calls: int) -> dict[str, Any]:
+def measure_mcp(url: str, token: str, calls: int, ledger: Any) -> dict[str, Any]:
     from mcp.client.stdio import StdioServerParameters
 
     upstream = ROOT / "tests" / "integrations" / "mcp_upstream.py"
     work = tempfile.mkdtemp(prefix="bench-mcp-")
-    env = {"WORK_DIR": work, "PYTHONPATH": str(ROOT)}
+    # this tree's SDK, whichever one the interpreter has installed
+    env = {"WORK_DIR": work, "PYTHONPATH": os.pathsep.join([str(ROOT / "sdk" / "src"), str(ROOT)])}
     direct = StdioServerParameters(command=sys.executable, args=[str(upstream)], env=env)
     proxied = StdioServerParameters(
         command=sys.executable,
@@ -231,13 +278,87 @@ def measure_mcp(url: str, token: str, calls: int) -> dict[str, Any]:
     )
     plain = asyncio.run(mcp_calls(direct, calls))
     through = asyncio.run(mcp_calls(proxied, calls))
+    bare_sdk_steps(ledger, reads=3, writes=3)  # warm-up
+    sdk = bare_sdk_steps(ledger, reads=calls, writes=calls)
     out: dict[str, Any] = {"calls": calls}
     for name, kind in (("lookup", "read"), ("append", "write")):
         d, p = statistics.median(plain[name]), statistics.median(through[name])
+        step = statistics.median(sdk[kind])
         out[f"{kind}_direct_ms_p50"] = round(d, 2)
         out[f"{kind}_proxied_ms_p50"] = round(p, 2)
         out[f"{kind}_overhead_ms_p50"] = round(p - d, 2)
+        out[f"sdk_{kind}_step_ms_p50"] = round(step, 2)
+        out[f"{kind}_overhead_per_sdk_step"] = round((p - d) / step, 2)
     return out
+
+
+TARGET = 1.2  # overhead per step (per call) at most this many bare SDK steps
+
+
+def report(results: dict[str, Any], argv: list[str]) -> str:
+    """bench/INTEGRATIONS.md: the figures of one invocation, with what produced them."""
+    machine = results["machine"]
+    lines = [
+        "# Framework integrations and the MCP proxy: what they cost",
+        "",
+        f"Generated {results['generated_at']} UTC by "
+        f"`python -m bench.integrations{''.join(' ' + a for a in argv)}` in "
+        f"{results['elapsed_seconds']} s, serving {results['served']} (commit "
+        f"{results['commit']}). Machine: {machine['cpu']} x {machine['cores']} cores shared with "
+        f"other work (load average at start {machine['loadavg_at_start']}, at the end "
+        f"{results['loadavg_at_end']}); gunicorn (2 workers x 4 threads) and PostgreSQL on the "
+        "same cores. Reproduce: `BENCH_DB=bench_integrations BENCH_TREE=worktree "
+        ".venv/bin/python -m bench.integrations` (the framework extras installed).",
+        "",
+        "Each framework runs the same scripted agent (an offline model asking for one write tool "
+        "per response, then answering) bare and journalled, alternately; **overhead per step** "
+        "is the p50 over the runs of (journalled - bare) / steps, timed inside the run's `with` "
+        "block. After each pair the bare SDK makes the same steps (model responses as "
+        "`run.model` read steps, tool calls as `run.tool` write steps enforced by the tool) in a "
+        "run of its own, through the same HttpTransport to the same server: **bare SDK step** is "
+        "its time per step for that mix, and **ratio** the overhead divided by it (target "
+        f"<= {TARGET}). The MCP part calls the test suite's upstream server "
+        "(`tests/integrations/mcp_upstream.py`) directly over stdio and through "
+        "`intentledger mcp proxy`; the overhead is the difference of the per-call p50s, divided "
+        "by a bare SDK read or write step measured right after. The machine is shared: read "
+        "the ratios, which drift much less than the times.",
+        "",
+        "| framework | steps (reads + writes) | bare run p50 | overhead per step p50 (min-max) "
+        "| bare SDK step, same mix p50 (read / write) | ratio | met | create + lease + "
+        "complete p50 |",
+        "|---|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for f in results["frameworks"]:
+        low, high = f["overhead_per_step_ms_min_max"]
+        ratio = f["overhead_per_sdk_step"]
+        lines.append(
+            f"| {f['framework']} | {f['steps_per_run']} ({f['reads_per_run']} + "
+            f"{f['writes_per_run']}) | {f['bare_run_ms_p50']:.2f} ms | "
+            f"{f['overhead_per_step_ms_p50']:.2f} ms ({low:.2f}-{high:.2f}) | "
+            f"{f['sdk_step_same_mix_ms_p50']:.2f} ms ({f['sdk_read_step_ms_p50']:.2f} / "
+            f"{f['sdk_write_step_ms_p50']:.2f}) | {ratio:.2f} | "
+            f"{'yes' if ratio <= TARGET else '**no**'} | "
+            f"{f['run_create_lease_complete_ms_p50']:.2f} ms |"
+        )
+    for skipped in results.get("skipped", []):
+        lines.append(f"| {skipped} | skipped (not installed) | | | | | | |")
+    mcp = results.get("mcp")
+    if mcp:
+        lines += [
+            "",
+            f"| MCP `tools/call` ({mcp['calls']} calls) | direct stdio p50 | through the proxy "
+            "p50 | overhead p50 | bare SDK step p50 | ratio | met |",
+            "|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for kind, tool in (("read", "`lookup`, `readOnlyHint`"), ("write", "`append`")):
+            ratio = mcp[f"{kind}_overhead_per_sdk_step"]
+            lines.append(
+                f"| {kind} ({tool}) | {mcp[f'{kind}_direct_ms_p50']:.2f} ms | "
+                f"{mcp[f'{kind}_proxied_ms_p50']:.2f} ms | {mcp[f'{kind}_overhead_ms_p50']:.2f} ms "
+                f"| {mcp[f'sdk_{kind}_step_ms_p50']:.2f} ms | {ratio:.2f} | "
+                f"{'yes' if ratio <= TARGET else '**no**'} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,37 +366,60 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--tools", type=int, default=10, help="tool calls per run")
     parser.add_argument("--mcp-calls", type=int, default=30)
+    parser.add_argument("--only", nargs="*", help="frameworks (and `mcp`) to measure")
+    parser.add_argument("--out", default=str(BENCH / "INTEGRATIONS.md"), help="and .json beside")
     args = parser.parse_args(argv)
     steps = 2 * args.tools + 1
+    wanted = set(args.only or ("pydantic_ai", "openai_agents", "langgraph", "mcp"))
 
     from intentledger import Ledger
 
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "machine": machine_description(),
+        "commit": git_revision(),
+        "frameworks": [],
+        "skipped": [],
+        "mcp": None,
+    }
     stack.migrate_bench_db()
+    results["served"] = os.environ.get("BENCH_SERVED_COMMIT", "?")
     token = stack.worker_token()
-    for name in ("pydantic_ai", "openai_agents", "langgraph", "mcp"):
+    for name in ("pydantic_ai", "openai_agents", "langgraph", "mcp", "sdk"):
         stack.ensure_policy(f"bench-{name}", max_steps=10_000, max_recoveries=100)
-    results: dict[str, Any] = {"frameworks": [], "mcp": None}
     try:
         with stack.gunicorn(workers=2, threads=4) as (url, _proc), Ledger(url, token) as ledger:
+            bare_sdk_steps(ledger, reads=5, writes=5)  # the server's first requests
             for name, build in (
                 ("pydantic_ai", pydantic_ai_case),
                 ("openai_agents", openai_agents_case),
                 ("langgraph", langgraph_case),
             ):
+                if name not in wanted:
+                    continue
                 try:
                     case = build(args.tools)
                 except ImportError as missing:
                     print(f"{name}: skipped ({missing})")
+                    results["skipped"].append(name)
                     continue
-                figure = measure(name, case, ledger=ledger, runs=args.runs, steps=steps)
+                figure = measure(
+                    name, case, ledger=ledger, runs=args.runs, tools=args.tools, steps=steps
+                )
                 results["frameworks"].append(figure)
                 print(json.dumps(figure))
-            results["mcp"] = measure_mcp(url, token, args.mcp_calls)
-            print(json.dumps(results["mcp"]))
+            if "mcp" in wanted:
+                results["mcp"] = measure_mcp(url, token, args.mcp_calls, ledger)
+                print(json.dumps(results["mcp"]))
     finally:
         stack.stop_all()
-    WORK.mkdir(parents=True, exist_ok=True)
-    (WORK / "integrations.json").write_text(json.dumps(results, indent=2) + "\n")
+    results["elapsed_seconds"] = round(time.monotonic() - started, 1)
+    results["generated_at"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    results["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    out.write_text(report(results, argv if argv is not None else sys.argv[1:]))
+    print(f"wrote {out}")
     return 0
 
 

@@ -71,6 +71,22 @@ async def journal_from_async[T](fn: Callable[[Callable[[Awaitable[Any]], Any]], 
     return await asyncio.to_thread(fn, await_on_loop)
 
 
+async def model_step_from_async[T](
+    run: Run, ask: Callable[[], Awaitable[Any]], journal: Callable[[Callable[[], Any]], T]
+) -> T:
+    """A model step from async code: `journal(answer)` calls `run.model` with `answer()` as its
+    effect, and `ask()` is the framework's model request.
+
+    When no step is recorded at the run's next index (the common case: not a replay), the step
+    will execute, so the model is asked on the loop first and only the journal call goes to a
+    worker thread: one hop there and back, not two. A recorded index takes `journal_from_async`
+    (the recorded answer, without asking the model)."""
+    if run.journal.get(run.next_index) is None:
+        answer = await ask()
+        return await asyncio.to_thread(journal, lambda: answer)
+    return await journal_from_async(lambda await_on_loop: journal(lambda: await_on_loop(ask())))
+
+
 def to_json(value: Any, fallback: Callable[[Any], Any] | None = None) -> Any:
     """`value` as the journal hands it back (a JSON round trip); TypeError/ValueError if not."""
     return json.loads(json.dumps(value, allow_nan=False, default=fallback))

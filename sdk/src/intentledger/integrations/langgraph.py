@@ -43,6 +43,7 @@ from intentledger.integrations._core import (
     journal_from_async,
     journal_tool,
     journalable,
+    model_step_from_async,
     tool_effect,
 )
 
@@ -102,10 +103,10 @@ class JournalledModel:
 
     async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> BaseMessage:
         run = current_run()
-        return await journal_from_async(
-            lambda await_on_loop: self._journal(
-                run, input, lambda: await_on_loop(self.model.ainvoke(input, config, **kwargs))
-            )
+        return await model_step_from_async(
+            run,
+            lambda: self.model.ainvoke(input, config, **kwargs),
+            lambda answer: self._journal(run, input, answer),
         )
 
 

@@ -53,6 +53,7 @@ from intentledger.integrations._core import (
     journal_from_async,
     journal_tool,
     journalable,
+    model_step_from_async,
 )
 
 _OUTPUT = TypeAdapter(list[TResponseOutputItem])
@@ -94,22 +95,23 @@ class LedgerModel(Model):
             "conversation": digest(items),  # not the instructions: see `digest`
         }
 
-        def journal(await_on_loop: Callable[[Awaitable[Any]], Any]) -> Any:
+        def ask() -> Awaitable[ModelResponse]:
+            return self.model.get_response(
+                system_instructions,
+                input,
+                model_settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            )
+
+        def journal(answer: Callable[[], ModelResponse]) -> Any:
             def call(**_: Any) -> dict[str, Any]:
-                response: ModelResponse = await_on_loop(
-                    self.model.get_response(
-                        system_instructions,
-                        input,
-                        model_settings,
-                        tools,
-                        output_schema,
-                        handoffs,
-                        tracing,
-                        previous_response_id=previous_response_id,
-                        conversation_id=conversation_id,
-                        prompt=prompt,
-                    )
-                )
+                response = answer()
                 return {
                     "output": _OUTPUT.dump_python(response.output, mode="json"),
                     "response_id": response.response_id,
@@ -121,7 +123,7 @@ class LedgerModel(Model):
 
             return self.run.model(call, name=f"model:{self.name}", **arguments)
 
-        recorded = await journal_from_async(journal)
+        recorded = await model_step_from_async(self.run, ask, journal)
         usage = recorded["usage"]
         response = ModelResponse(
             output=_OUTPUT.validate_python(recorded["output"]),

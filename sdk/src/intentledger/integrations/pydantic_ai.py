@@ -35,6 +35,7 @@ from intentledger.integrations._core import (
     journal_from_async,
     journal_tool,
     journalable,
+    model_step_from_async,
     tool_effect,
 )
 
@@ -87,9 +88,9 @@ class LedgerDurability(AbstractCapability[Any]):
             "conversation": digest(_conversation(request_context.messages)),
         }
 
-        def journal(await_on_loop: Callable[[Awaitable[Any]], Any]) -> Any:
+        def journal(ask: Callable[[], ModelResponse]) -> Any:
             def call(**_: Any) -> dict[str, Any]:
-                response: ModelResponse = await_on_loop(handler(request_context))
+                response = ask()
                 return {
                     "response": ModelMessagesTypeAdapter.dump_python([response], mode="json")[0],
                     "usage": {
@@ -100,7 +101,7 @@ class LedgerDurability(AbstractCapability[Any]):
 
             return self.run.model(call, name=f"model:{arguments['model']}", **arguments)
 
-        recorded = await journal_from_async(journal)
+        recorded = await model_step_from_async(self.run, lambda: handler(request_context), journal)
         response = ModelMessagesTypeAdapter.validate_python([recorded["response"]])[0]
         assert isinstance(response, ModelResponse)
         return response
