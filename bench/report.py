@@ -12,6 +12,7 @@ TITLES = {
     "baseline": "Baseline of this invocation",
     "step": "1. Per-step overhead (real HTTP, gunicorn, PostgreSQL fsync on)",
     "sql": "1b. SQL statements and round trips per worker call",
+    "servers": "1c. Web servers side by side (the SDK over HTTP)",
     "throughput": "2. Throughput",
     "recovery": "3. Recovery",
     "gateway": "4. Tool gateway",
