@@ -60,7 +60,7 @@ def generate_token() -> str:
 # it is still live is asked of the database on every call (`principal_for`, `token_live`).
 _principals: dict[str, tuple[WorkerPrincipal, float]] = {}
 _CACHE_LIMIT = 10_000
-# fails (division by zero) unless the token is live: a statement that can lead a pipeline
+# fails (division by zero) unless the token is live
 _LIVE_SQL = "SELECT 1 / count(*) FROM runs_workertoken WHERE token_hash = %s AND revoked_at IS NULL"
 
 
@@ -110,25 +110,39 @@ def principal_known(raw: str) -> WorkerPrincipal | None:
     return principal
 
 
+class _Guard:
+    """A Django execute wrapper: the first statement goes as `<statement>; <liveness check>` in
+    one simple query, which PostgreSQL runs as one implicit transaction: if the check fails the
+    statement's writes roll back with it."""
+
+    def __init__(self, token_hash: str) -> None:
+        self.token_hash = token_hash
+        self.sent = False
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if self.sent or many or not isinstance(params, list | tuple):
+            return execute(sql, params, many, context)
+        self.sent = True
+        return execute(f"{sql}; {_LIVE_SQL}", [*params, self.token_hash], many, context)
+
+
 @contextmanager
 def token_live(principal: WorkerPrincipal) -> Iterator[None]:
-    """Run the enclosed statements only if `principal`'s token is still live, checking that in
-    the same round trip as the first of them: a psycopg pipeline sends the check and the call
-    together, in one implicit transaction, and a check that fails aborts the call unsent to
-    the tables. Raises TokenRevoked.
+    """Run the enclosed call only if `principal`'s token is still live, checked in the same
+    round trip and transaction as the call's first statement (`_Guard`); a block that sent no
+    statement (a refusal before any SQL) checks at its end. Raises TokenRevoked.
 
-    Inside a caller's transaction (tests) a failed statement would abort that transaction, so
-    there the check is a statement of its own.
+    Inside a caller's transaction (tests) a failed check would abort that transaction, so there
+    the check is a statement of its own.
     """
     if connection.in_atomic_block:
         if _read(principal.token_hash) is None:
             raise TokenRevoked
         yield
         return
-    connection.ensure_connection()
+    guard = _Guard(principal.token_hash)
     try:
-        with connection.connection.pipeline(), connection.cursor() as cursor:
-            cursor.execute(_LIVE_SQL, [principal.token_hash])
+        with connection.execute_wrapper(guard):
             yield
     except DataError as exc:
         if not isinstance(exc.__cause__, psycopg.errors.DivisionByZero):
@@ -136,6 +150,12 @@ def token_live(principal: WorkerPrincipal) -> Iterator[None]:
         if _read(principal.token_hash) is not None:  # the call's own error, not the check's
             raise
         raise TokenRevoked from exc
+    except Exception:
+        if not guard.sent and _read(principal.token_hash) is None:
+            raise TokenRevoked from None
+        raise
+    if not guard.sent and _read(principal.token_hash) is None:
+        raise TokenRevoked
 
 
 def forget_principal(token_hash: str) -> None:

@@ -5,10 +5,11 @@ journal kernel, the gateway), in this process, through Django's database connect
 Celery-run agents use it (support_agent.tasks). It keeps the API's rules by calling the API's own
 pieces, not copies of them:
 
-- who: the worker token is checked live on every call as the API checks it (an intent, outcome
-  or heartbeat in the kernel statement's own round trip, `token_live`; any other call by a
-  statement first, `principal_for`), so a revocation counts on the very next call; a token
-  limited to agents sees other agents' runs as 404 `not_found` (`runs.access`), as over HTTP;
+- who: the worker token is checked live on every call as the API checks it (an intent,
+  outcome or heartbeat in the kernel statement's own round trip and transaction, `token_live`;
+  any other call by a statement first, `principal_for`), so a revocation counts on the very next
+  call; a token limited to agents sees other agents' runs as 404 `not_found` (`runs.access`),
+  as over HTTP;
 - what: each body goes through the API's JSON parser (size limit, NaN, NUL, depth, numbers in
   their storage form) and the lean path's field checks, or the DRF serializer's for the exact
   400 when those decline;
