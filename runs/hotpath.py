@@ -98,9 +98,8 @@ def answer(
 ) -> HotAnswer:
     """Answer one hot call, or raise Decline for the DRF view to answer it.
 
-    The token is checked live on every call: for the one-statement calls (an intent that runs
-    no tool, an outcome, a heartbeat) in the same round trip as the call (`token_live`); for a
-    lease or a gateway step, which may run several transactions, by a statement before it.
+    The token is checked live on every call, in the round trip and transaction of the call's
+    first statement (`token_live`); a gateway step, which runs a tool, reads it first.
     """
     if not authorization or not authorization.startswith("Bearer "):
         raise Decline
@@ -109,14 +108,14 @@ def answer(
     except ValueError as exc:
         raise Decline from exc
     raw = authorization[7:].strip()
-    one_statement = call != "lease" and not (isinstance(data, dict) and data.get("invoke"))
-    principal = principal_known(raw) if one_statement else principal_for(raw)
+    guarded = not (isinstance(data, dict) and data.get("invoke"))
+    principal = principal_known(raw) if guarded else principal_for(raw)
     if principal is None:
         raise Decline
     step = data.get("index") if call == "intent" and isinstance(data, dict) else index
     with step_call(call, run_id=run_id, index=step if isinstance(step, int) else None) as seen:
         try:
-            with token_live(principal) if one_statement else nullcontext():
+            with token_live(principal) if guarded else nullcontext():
                 run_check_visible(principal=principal, run_id=run_id)
                 return _call(call, run_id, index, data, str(principal))
         except ApplicationError as error:

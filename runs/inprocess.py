@@ -5,9 +5,9 @@ journal kernel, the gateway), in this process, through Django's database connect
 Celery-run agents use it (support_agent.tasks). It keeps the API's rules by calling the API's own
 pieces, not copies of them:
 
-- who: the worker token is checked live on every call as the API checks it (an intent,
-  outcome or heartbeat in the kernel statement's own round trip and transaction, `token_live`;
-  any other call by a statement first, `principal_for`), so a revocation counts on the very next
+- who: the worker token is checked live on every call as the API checks it (a hot call in
+  the kernel statement's own round trip and transaction, `token_live`; any other call by a
+  statement first, `principal_for`), so a revocation counts on the very next
   call; a token limited to agents sees other agents' runs as 404 `not_found` (`runs.access`),
   as over HTTP;
 - what: each body goes through the API's JSON parser (size limit, NaN, NUL, depth, numbers in
@@ -148,7 +148,7 @@ class InProcessTransport:
             data = _fields(contract.LEASE, body)
             return hotcalls.lease(run_id=run_id, payload=data, actor=str(principal))[1]
 
-        return self._call(lease)
+        return self._call(lease, one_statement=True)
 
     def heartbeat(self, run_id: str, *, epoch: int) -> dict[str, Any]:
         def beat(principal: WorkerPrincipal) -> dict[str, Any]:
@@ -295,7 +295,7 @@ class InProcessTransport:
     ) -> T:
         """`call` as the worker, its refusals as the SDK's exceptions; a lost database is
         retried (when `idempotent`) with the HTTP client's backoff, then LedgerUnavailable.
-        A `one_statement` call checks the token in its own round trip (runs.hotpath's rule)."""
+        A `one_statement` (hot) call checks the token in its first statement's round trip."""
         if connection.in_atomic_block:
             raise RuntimeError(
                 "The in-process transport journals and commits each call: do not call it "
