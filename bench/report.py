@@ -87,6 +87,7 @@ def write_report(results: Results, path: Path) -> None:
         "baseline",
         "step",
         "sql",
+        "servers",
         "throughput",
         "recovery",
         "gateway",
