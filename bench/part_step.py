@@ -179,15 +179,20 @@ KERNEL_INPROCESS = {
 
 def _kernel_inprocess(size: int, runs: int, reps: int) -> dict[str, Any]:
     """bench.kernel_inprocess in the served tree: the kernel's statements without HTTP."""
+    args = ["--size", str(size), "--runs", str(runs), "--reps", str(reps)]
+    return _served_json("bench.kernel_inprocess", args, stack.project_env())
+
+
+def _served_json(module: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """`python -m module args` by the project's interpreter in the served tree: its last line."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.kernel_inprocess", "--size", str(size), "--runs", str(runs),
-         "--reps", str(reps)],
+        [sys.executable, "-m", module, *args],
         cwd=stack.tree(),
-        env=stack.project_env(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,
-    )  # fmt: skip
+    )
     if proc.returncode != 0 or not proc.stdout.strip():
         raise RuntimeError(proc.stderr[-2000:])
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -207,19 +212,8 @@ def _sdk_steps(
 ) -> dict[str, Any]:
     """bench.sdk_steps in the served tree: steps end to end through `intentledger`."""
     env = stack.project_env(PYTHONPATH=f"{stack.tree()}:{stack.tree() / 'sdk' / 'src'}")
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.sdk_steps", "--transport", transport, "--url", url,
-         "--token", ctx.token, "--size", str(size), "--runs", str(runs), "--reps", str(reps)],
-        cwd=stack.tree(),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )  # fmt: skip
-    if proc.returncode != 0 or not proc.stdout.strip():
-        raise RuntimeError(proc.stderr[-2000:])
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    args = ["--transport", transport, "--url", url, "--token", ctx.token, "--size", str(size)]
+    return _served_json("bench.sdk_steps", [*args, "--runs", str(runs), "--reps", str(reps)], env)
 
 
 # The journal kernel issue's and issue 38's targets: p50 per step as a multiple of a DBOS step
