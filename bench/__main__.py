@@ -1,4 +1,4 @@
-"""python -m bench [all|step|throughput|recovery|gateway|waiters|dashboard|scaling|nodes ...] [--quick|--smoke]
+"""python -m bench [all|step|throughput|recovery|gateway|waiters|dashboard|scaling|nodes|servers ...] [--quick|--smoke]
 
 Starts the real stack itself (gunicorn against the bench database, PostgreSQL with its default
 durability), measures, and writes bench/RESULTS.md with results.json beside it. Every process
@@ -31,6 +31,7 @@ PARTS = [
     "scaling",
     "console",
     "nodes",
+    "servers",
 ]
 BENCH_VENV_PACKAGES = [
     "dbos",
@@ -41,6 +42,10 @@ BENCH_VENV_PACKAGES = [
     "pyinstrument",
     "psutil",
     "httpx",
+    # the web servers compared with gunicorn (bench/part_servers.py); not project dependencies
+    "granian",
+    "httptools",
+    "uvloop",
 ]
 
 
@@ -219,6 +224,10 @@ def _run_part(ctx: Ctx, part: str, workers: int, threads: int) -> None:
         if missing:
             raise PartSkipped(f"{', '.join(missing)} not installed")
         part_nodes.run(ctx, workers, threads)
+    elif part == "servers":
+        from bench import part_servers
+
+        part_servers.run(ctx, workers, threads)
     elif part == "waiters":
         from bench import part_waiters
 

@@ -91,6 +91,18 @@ def run(ctx: Ctx, base_url: str) -> None:
                 )
                 for rep in measured[key]:
                     fig.add_rep(rep)
+        for label, nbytes in sizes.items():
+            for transport in SDK_TRANSPORTS:
+                ctx.log(f"per-step: through the SDK, {transport}, {label}")
+                try:
+                    sdk = _sdk_steps(ctx, transport, base_url, nbytes, runs, reps)
+                except Exception as exc:
+                    res.note("step", f"- the SDK figures {transport} {label} could not run: {exc}")
+                    continue
+                for key in ("write", "read"):
+                    fig = res.add(Figure(f"{sdk_title(key, transport)} {label}", "ms"))
+                    for rep in sdk[key]:
+                        fig.add_rep(rep)
     finally:
         driver.close()
 
@@ -167,24 +179,53 @@ KERNEL_INPROCESS = {
 
 def _kernel_inprocess(size: int, runs: int, reps: int) -> dict[str, Any]:
     """bench.kernel_inprocess in the served tree: the kernel's statements without HTTP."""
+    args = ["--size", str(size), "--runs", str(runs), "--reps", str(reps)]
+    return _served_json("bench.kernel_inprocess", args, stack.project_env())
+
+
+def _served_json(module: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """`python -m module args` by the project's interpreter in the served tree: its last line."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.kernel_inprocess", "--size", str(size), "--runs", str(runs),
-         "--reps", str(reps)],
+        [sys.executable, "-m", module, *args],
         cwd=stack.tree(),
-        env=stack.project_env(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,
-    )  # fmt: skip
+    )
     if proc.returncode != 0 or not proc.stdout.strip():
         raise RuntimeError(proc.stderr[-2000:])
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 
 
-# The journal kernel issue's targets: p50 per step as a multiple of a DBOS step measured in the
-# same invocation on the same PostgreSQL (absolute times drift with the machine's load).
-RATIO_TO_DBOS = {"ledger write step (intent + outcome)": 1.5, "ledger read step (one call)": 1.0}
+SDK_TRANSPORTS = {"http": "over HTTP", "inprocess": "in-process"}
+
+
+def sdk_title(kind: str, transport: str) -> str:
+    step = "write step (run.tool)" if kind == "write" else "read step (run.model)"
+    return f"ledger SDK {step} {SDK_TRANSPORTS[transport]}"
+
+
+def _sdk_steps(
+    ctx: Ctx, transport: str, url: str, size: int, runs: int, reps: int
+) -> dict[str, Any]:
+    """bench.sdk_steps in the served tree: steps end to end through `intentledger`."""
+    env = stack.project_env(PYTHONPATH=f"{stack.tree()}:{stack.tree() / 'sdk' / 'src'}")
+    args = ["--transport", transport, "--url", url, "--token", ctx.token, "--size", str(size)]
+    return _served_json("bench.sdk_steps", [*args, "--runs", str(runs), "--reps", str(reps)], env)
+
+
+# The journal kernel issue's and issue 38's targets: p50 per step as a multiple of a DBOS step
+# measured in the same invocation on the same PostgreSQL (absolute times drift with the load).
+RATIO_TO_DBOS = {
+    "ledger write step (intent + outcome)": 1.5,
+    "ledger read step (one call)": 1.0,
+    sdk_title("write", "http"): 1.5,
+    sdk_title("read", "http"): 1.0,
+    sdk_title("write", "inprocess"): 1.0,
+    sdk_title("read", "inprocess"): 0.6,
+}
 
 
 def _ratio_targets(ctx: Ctx, sizes: dict[str, int]) -> None:
@@ -234,6 +275,32 @@ def _compare(ctx: Ctx, sizes: dict[str, int]) -> None:
             f"| {label} | {cell(write)} | {cell(read)} | {cell(dbos)} | {cell(lang)} | {cell(raw)} | {cell(plain)} | "
             f"{f'{write / dbos:.2f}×' if write and dbos else '–'} | {f'{read / lang:.2f}×' if read and lang else '–'} |"
         )
+    sdk_rows = [
+        "| payload | step | over HTTP | in-process | DBOS step | LangGraph node | HTTP ÷ DBOS | in-process ÷ DBOS | HTTP ÷ LangGraph | in-process ÷ LangGraph |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return f"{a / b:.2f}×" if a and b else "–"
+
+    for label in sizes:
+        dbos = p50(f"DBOS step {label}")
+        lang = p50(f"LangGraph node (durability=sync) {label}")
+        for kind in ("read", "write"):
+            http = p50(f"{sdk_title(kind, 'http')} {label}")
+            inproc = p50(f"{sdk_title(kind, 'inprocess')} {label}")
+            sdk_rows.append(
+                f"| {label} | {kind} | {cell(http)} | {cell(inproc)} | {cell(dbos)} | {cell(lang)} | "
+                f"{ratio(http, dbos)} | {ratio(inproc, dbos)} | {ratio(http, lang)} | {ratio(inproc, lang)} |"
+            )
+    ctx.results.note(
+        "step",
+        "Through the worker SDK (`bench/sdk_steps.py`), p50 per step, same invocation: "
+        '`run.tool(effect="write", fn=...)` (intent, the function, outcome) and `run.model` '
+        "(one call), over HTTP (`HttpTransport` → gunicorn) and in-process "
+        "(`runs.inprocess.InProcessTransport`, Django's connection, as Celery-run agents "
+        "journal).\n\n" + "\n".join(sdk_rows),
+    )
     ctx.results.note(
         "step",
         "Per step, p50, same invocation, same PostgreSQL. The ledger goes through real HTTP "

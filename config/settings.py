@@ -269,9 +269,6 @@ SPECTACULAR_SETTINGS = {
 DASHBOARD_POLL_SECONDS = float(os.environ.get("DASHBOARD_POLL_SECONDS", "5"))
 DASHBOARD_LIVE_RUN_POLL_SECONDS = float(os.environ.get("DASHBOARD_LIVE_RUN_POLL_SECONDS", "3"))
 
-# How long a worker process trusts a token it has read (a revocation reaches every node within it).
-LEDGER_TOKEN_CACHE_SECONDS = float(os.environ.get("LEDGER_TOKEN_CACHE_SECONDS", "1"))
-
 # Request bodies over this size are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("LEDGER_MAX_BODY_BYTES", 1024 * 1024)
 

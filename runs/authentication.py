@@ -3,11 +3,14 @@
 import hashlib
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
+import psycopg
+from django.db import DataError, connection
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
@@ -27,6 +30,7 @@ class WorkerPrincipal:
     scope: str
     # the agents whose runs this token may see and write; None: every agent
     agents: frozenset[str] | None = None
+    token_hash: str = ""
 
     is_authenticated = True
     is_worker = True
@@ -51,41 +55,111 @@ def generate_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-# token hash -> (principal or None for unknown/revoked, monotonic time it was read)
-_principals: dict[str, tuple[WorkerPrincipal | None, float]] = {}
+# token hash -> (principal, monotonic time this process last wrote its last_used_at). A token's
+# name, scope and agents never change after creation, so who a token is can be remembered; whether
+# it is still live is asked of the database on every call (`principal_for`, `token_live`).
+_principals: dict[str, tuple[WorkerPrincipal, float]] = {}
+_CACHE_LIMIT = 10_000
+# fails (division by zero) unless the token is live
+_LIVE_SQL = "SELECT 1 / count(*) FROM runs_workertoken WHERE token_hash = %s AND revoked_at IS NULL"
 
 
-def principal_for(raw: str) -> WorkerPrincipal | None:
-    """Who a raw bearer token acts as, read at most once a second per process.
+class TokenRevoked(Exception):
+    """The token was revoked (or deleted) since this process learnt who it is."""
 
-    A revocation therefore takes effect everywhere within LEDGER_TOKEN_CACHE_SECONDS (1 s), and at
-    once in the process that revoked it (`forget_principal`). Unknown tokens are cached too, so
-    guessing costs the database nothing more.
-    """
-    digest = hash_token(raw)
-    cached = _principals.get(digest)
-    clock = time.monotonic()
-    if cached is not None and clock - cached[1] < settings.LEDGER_TOKEN_CACHE_SECONDS:
-        return cached[0]
-    token = WorkerToken.objects.filter(token_hash=digest).first()
-    principal = None
-    if token is not None and token.revoked_at is None:
-        principal = WorkerPrincipal(
-            token_id=token.pk,
-            name=token.name,
-            scope=token.scope,
-            agents=frozenset(token.agents) if token.agents else None,
-        )
-        now = timezone.now()
-        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-            WorkerToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    if len(_principals) > 10_000:
+
+def _read(digest: str) -> WorkerPrincipal | None:
+    """The live token of `digest` from the database (one statement), or None."""
+    token = WorkerToken.objects.filter(token_hash=digest, revoked_at__isnull=True).first()
+    if token is None:
+        _principals.pop(digest, None)
+        return None
+    principal = WorkerPrincipal(
+        token_id=token.pk,
+        name=token.name,
+        scope=token.scope,
+        agents=frozenset(token.agents) if token.agents else None,
+        token_hash=digest,
+    )
+    if len(_principals) >= _CACHE_LIMIT:
         _principals.clear()
-    _principals[digest] = (principal, clock)
+    _principals[digest] = (principal, time.monotonic())
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        WorkerToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return principal
 
 
+def principal_for(raw: str) -> WorkerPrincipal | None:
+    """Who a raw bearer token acts as, if it is live now: one indexed statement per call, so a
+    revocation counts on the very next call on every node (no cache to turn over)."""
+    return _read(hash_token(raw))
+
+
+def principal_known(raw: str) -> WorkerPrincipal | None:
+    """Who a raw token is, without a statement when this process has seen it: its liveness is
+    then checked by `token_live` in the same round trip as the call it guards. None: unknown
+    or revoked (read now)."""
+    digest = hash_token(raw)
+    known = _principals.get(digest)
+    if known is None:
+        return _read(digest)
+    principal, touched = known
+    if time.monotonic() - touched > LAST_USED_RESOLUTION.total_seconds():
+        return _read(digest)  # re-read (and mark used) once a minute
+    return principal
+
+
+class _Guard:
+    """A Django execute wrapper: the first statement goes as `<statement>; <liveness check>` in
+    one simple query, which PostgreSQL runs as one implicit transaction: if the check fails the
+    statement's writes roll back with it."""
+
+    def __init__(self, token_hash: str) -> None:
+        self.token_hash = token_hash
+        self.sent = False
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if self.sent or many or not isinstance(params, list | tuple):
+            return execute(sql, params, many, context)
+        self.sent = True
+        return execute(f"{sql}; {_LIVE_SQL}", [*params, self.token_hash], many, context)
+
+
+@contextmanager
+def token_live(principal: WorkerPrincipal) -> Iterator[None]:
+    """Run the enclosed call only if `principal`'s token is still live, checked in the same
+    round trip and transaction as the call's first statement (`_Guard`); a block that sent no
+    statement (a refusal before any SQL) checks at its end. Raises TokenRevoked.
+
+    Inside a caller's transaction (tests) a failed check would abort that transaction, so there
+    the check is a statement of its own.
+    """
+    if connection.in_atomic_block:
+        if _read(principal.token_hash) is None:
+            raise TokenRevoked
+        yield
+        return
+    guard = _Guard(principal.token_hash)
+    try:
+        with connection.execute_wrapper(guard):
+            yield
+    except DataError as exc:
+        if not isinstance(exc.__cause__, psycopg.errors.DivisionByZero):
+            raise
+        if _read(principal.token_hash) is not None:  # the call's own error, not the check's
+            raise
+        raise TokenRevoked from exc
+    except Exception:
+        if not guard.sent and _read(principal.token_hash) is None:
+            raise TokenRevoked from None
+        raise
+    if not guard.sent and _read(principal.token_hash) is None:
+        raise TokenRevoked
+
+
 def forget_principal(token_hash: str) -> None:
+    """Forget who a token is (its revocation): the next call reads it again."""
     _principals.pop(token_hash, None)
 
 

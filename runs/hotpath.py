@@ -16,6 +16,7 @@ import json
 import re
 import select
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -37,7 +38,7 @@ from rest_framework.exceptions import APIException
 from runs import contract, hotcalls
 from runs.access import run_check_visible
 from runs.api_errors import ApplicationError, StrictJSONParser
-from runs.authentication import principal_for
+from runs.authentication import TokenRevoked, principal_for, principal_known, token_live
 from runs.contract import Decline
 from runs.observe import step_call
 
@@ -95,27 +96,37 @@ def _refusal(error: ApplicationError) -> HotAnswer:
 def answer(
     call: str, *, run_id: UUID, index: int | None, body: bytes, authorization: str | None
 ) -> HotAnswer:
-    """Answer one hot call, or raise Decline for the DRF view to answer it."""
+    """Answer one hot call, or raise Decline for the DRF view to answer it.
+
+    The token is checked live on every call, in the round trip and transaction of the call's
+    first statement (`token_live`); a gateway step, which runs a tool, reads it first.
+    """
     if not authorization or not authorization.startswith("Bearer "):
-        raise Decline
-    principal = principal_for(authorization[7:].strip())
-    if principal is None:
         raise Decline
     try:
         data = parse_strict_json(body)
     except ValueError as exc:
         raise Decline from exc
+    raw = authorization[7:].strip()
+    guarded = not (isinstance(data, dict) and data.get("invoke"))
+    principal = principal_known(raw) if guarded else principal_for(raw)
+    if principal is None:
+        raise Decline
     step = data.get("index") if call == "intent" and isinstance(data, dict) else index
     with step_call(call, run_id=run_id, index=step if isinstance(step, int) else None) as seen:
         try:
-            run_check_visible(principal=principal, run_id=run_id)
-            return _call(call, run_id, index, data, str(principal))
+            with token_live(principal) if guarded else nullcontext():
+                run_check_visible(principal=principal, run_id=run_id)
+                return _call(call, run_id, index, data, str(principal))
         except ApplicationError as error:
             seen.code = error.code
             return _refusal(error)
         except Decline:
             seen.code = "declined"  # the DRF view answers (with its validation errors)
             raise
+        except TokenRevoked as revoked:
+            seen.code = "declined"  # the DRF view answers 401
+            raise Decline from revoked
 
 
 def drop_dead_connection() -> None:

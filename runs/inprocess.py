@@ -5,9 +5,11 @@ journal kernel, the gateway), in this process, through Django's database connect
 Celery-run agents use it (support_agent.tasks). It keeps the API's rules by calling the API's own
 pieces, not copies of them:
 
-- who: the worker token is read per call as the API reads it (`principal_for`, so a revocation
-  counts within the same second), and a token limited to agents sees other agents' runs as
-  404 `not_found` (`runs.access`), exactly as over HTTP;
+- who: the worker token is checked live on every call as the API checks it (a hot call in
+  the kernel statement's own round trip and transaction, `token_live`; any other call by a
+  statement first, `principal_for`), so a revocation counts on the very next
+  call; a token limited to agents sees other agents' runs as 404 `not_found` (`runs.access`),
+  as over HTTP;
 - what: each body goes through the API's JSON parser (size limit, NaN, NUL, depth, numbers in
   their storage form) and the lean path's field checks, or the DRF serializer's for the exact
   400 when those decline;
@@ -42,7 +44,13 @@ from rest_framework import exceptions, serializers
 from runs import apis, contract, hotcalls, selectors
 from runs.access import agent_check_allowed, not_found, run_check_visible
 from runs.api_errors import StrictJSONParser, exception_handler
-from runs.authentication import WorkerPrincipal, principal_for
+from runs.authentication import (
+    TokenRevoked,
+    WorkerPrincipal,
+    principal_for,
+    principal_known,
+    token_live,
+)
 from runs.models import Run
 from runs.representations import event_json, run_json, step_json
 from runs.services.approvals import step_wait_decided
@@ -140,7 +148,7 @@ class InProcessTransport:
             data = _fields(contract.LEASE, body)
             return hotcalls.lease(run_id=run_id, payload=data, actor=str(principal))[1]
 
-        return self._call(lease)
+        return self._call(lease, one_statement=True)
 
     def heartbeat(self, run_id: str, *, epoch: int) -> dict[str, Any]:
         def beat(principal: WorkerPrincipal) -> dict[str, Any]:
@@ -148,7 +156,7 @@ class InProcessTransport:
             data = _fields(contract.HEARTBEAT, {"epoch": epoch})
             return hotcalls.heartbeat(run_id=run_id, payload=data)[1]
 
-        return self._call(beat)
+        return self._call(beat, one_statement=True)
 
     def run_complete(self, run_id: str, *, epoch: int, output: Any) -> dict[str, Any]:
         return self._finish(run_id, run_complete, epoch=epoch, output=output)
@@ -203,7 +211,7 @@ class InProcessTransport:
             data = _fields(contract.INTENT, body)
             return hotcalls.intent(run_id=run_id, payload=data, actor=str(principal))[1]
 
-        return self._call(record)
+        return self._call(record, one_statement=not invoke)
 
     def step_outcome(
         self,
@@ -225,7 +233,7 @@ class InProcessTransport:
             )
             return payload[1]
 
-        return self._call(record)
+        return self._call(record, one_statement=True)
 
     def step_wait(self, run_id: str, index: int, *, wait: int) -> dict[str, Any]:
         def get(principal: WorkerPrincipal) -> dict[str, Any]:
@@ -280,9 +288,16 @@ class InProcessTransport:
 
     # --- one call ---------------------------------------------------------------------------
 
-    def _call(self, call: Callable[[WorkerPrincipal], T], *, idempotent: bool = True) -> T:
+    def _call(
+        self,
+        call: Callable[[WorkerPrincipal], T],
+        *,
+        idempotent: bool = True,
+        one_statement: bool = False,
+    ) -> T:
         """`call` as the worker, its refusals as the SDK's exceptions; a lost database is
-        retried (when `idempotent`) with the HTTP client's backoff, then LedgerUnavailable."""
+        retried (when `idempotent`) with the HTTP client's backoff, then LedgerUnavailable.
+        A `one_statement` (hot) call checks the token in its first statement's round trip."""
         if connection.in_atomic_block:
             raise RuntimeError(
                 "The in-process transport journals and commits each call: do not call it "
@@ -292,7 +307,7 @@ class InProcessTransport:
         try:
             while True:
                 try:
-                    return call(self._principal())
+                    return self._as_worker(call, one_statement=one_statement)
                 except (OperationalError, InterfaceError) as exc:
                     connection.close_if_unusable_or_obsolete()
                     if not idempotent or attempt >= self.retries:
@@ -315,15 +330,29 @@ class InProcessTransport:
             if threading.get_ident() != self._owner:
                 connection.close()  # the heartbeat thread's: no idle connection left behind
 
-    def _principal(self) -> WorkerPrincipal:
-        principal = principal_for(self._token)
+    def _as_worker(self, call: Callable[[WorkerPrincipal], T], *, one_statement: bool) -> T:
+        if not one_statement:
+            return call(self._principal(principal_for))
+        principal = self._principal(principal_known)
+        try:
+            with token_live(principal):
+                return call(principal)
+        except TokenRevoked:
+            raise _unauthenticated() from None
+
+    def _principal(self, read: Callable[[str], WorkerPrincipal | None]) -> WorkerPrincipal:
+        principal = read(self._token)
         if principal is None:
-            raise exceptions.AuthenticationFailed("Unknown or revoked worker token.")
+            raise _unauthenticated()
         return principal
 
     def _sleep(self, attempt: int) -> None:
         delay = min(self.max_backoff, self.backoff * (2**attempt))
         time.sleep(delay * (0.5 + random.random() / 2))
+
+
+def _unauthenticated() -> exceptions.AuthenticationFailed:
+    return exceptions.AuthenticationFailed("Unknown or revoked worker token.")
 
 
 def _parsed(body: dict[str, Any]) -> Any:

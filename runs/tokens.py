@@ -49,9 +49,6 @@ def worker_token_create(
             f"A token named “{name}” is in use already; revoke it first or choose another name."
         )
         raise invalid("name", message, message) from exc
-    # a token chosen beforehand may have been tried while unknown, and this process would refuse
-    # it for up to LEDGER_TOKEN_CACHE_SECONDS: it forgets that at once, as a revocation does
-    forget_principal(token.token_hash)
     return token, raw
 
 
@@ -75,5 +72,5 @@ def worker_token_revoke(*, token_id: int) -> WorkerToken:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
-    forget_principal(token.token_hash)  # this process at once; the others within a second
+    forget_principal(token.token_hash)  # every node's next call finds it revoked anyway
     return token

@@ -1,7 +1,8 @@
 """The hot worker calls cost one database statement each, and the WSGI door answers them alone.
 
-Token lookups are cached for a second, so after the first call of a worker its intent, outcome,
-read step, heartbeat and first lease are each exactly one statement: the journal kernel.
+A process remembers who a token is and checks that it is live in the kernel statement's own
+query, so after the first call of a worker its intent, outcome, read step, heartbeat and first
+lease are each exactly one query: the journal kernel's statement with the token check.
 """
 
 import io
@@ -26,7 +27,7 @@ def statements(call: Any) -> tuple[Any, list[str]]:
     return response, [q["sql"] for q in captured.captured_queries]
 
 
-def test_each_hot_call_is_one_statement(api: APIClient) -> None:
+def test_each_hot_call_is_one_statement(transactional_db: Any, api: APIClient) -> None:
     journal = JournalClient(api)
     run_id = journal.create()["id"]
 
@@ -48,13 +49,15 @@ def test_each_hot_call_is_one_statement(api: APIClient) -> None:
         200,
         200,
     ]
-    # the token was read by the create call; every hot call after it is the kernel alone
-    assert [len(s) for s in (lease_sql, intent_sql, outcome_sql, read_sql, beat_sql)] == [1] * 5
+    # the token was read by the create call; every hot call after it is the kernel's statement
+    # with the token's liveness check in the same query (one round trip, one transaction)
+    hot = (lease_sql, intent_sql, outcome_sql, read_sql, beat_sql, replay_sql)
+    assert [len(s) for s in hot] == [1] * 6
+    assert all("FROM runs_workertoken WHERE token_hash" in s[0] for s in hot)
     assert "ledger_lease" in lease_sql[0]
     assert "ledger_step_intent" in intent_sql[0] and "ledger_step_intent" in read_sql[0]
     assert "ledger_step_outcome" in outcome_sql[0]
     assert "ledger_heartbeat" in beat_sql[0]
-    assert len(replay_sql) == 1
     assert run_chain_breaks(Run.objects.get(pk=run_id)) == []
 
 
@@ -139,7 +142,7 @@ def test_a_revoked_token_is_refused_by_the_process_that_revoked_it_at_once(
 
 
 def test_after_a_django_request_the_wsgi_door_sends_no_health_check_before_its_statement(
-    api: APIClient, worker_token: str, monkeypatch: pytest.MonkeyPatch
+    transactional_db: Any, api: APIClient, worker_token: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Django arms its SELECT 1 health check at the end of every request; the door's own socket
     check replaces it, so the first hot call after a create is still one statement."""
@@ -175,5 +178,5 @@ def test_after_a_django_request_the_wsgi_door_sends_no_health_check_before_its_s
 
     assert answered == ["200 OK"]
     assert json.loads(b"".join(chunks))["epoch"] == 1
-    assert len(sql) == 1 and "ledger_lease" in sql[0]
+    assert len(sql) == 1 and "ledger_lease" in sql[0] and "runs_workertoken" in sql[0]
     assert health_checks == []

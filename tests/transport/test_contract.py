@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 from intentledger import (
@@ -235,6 +236,38 @@ def test_a_revoked_token_is_refused(connect: Connect) -> None:
         ledger.run("contract", {}, worker="w-r").__enter__()
     assert (refused.value.code, refused.value.status) == ("authentication_failed", 401)
     assert WorkerToken.objects.get(pk=token.pk).revoked_at is not None
+
+
+def _revoke_from_another_connection(token_hash: str) -> None:
+    """What a revocation on another node looks like to this process: a row changed elsewhere."""
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+        other.execute(
+            "UPDATE runs_workertoken SET revoked_at = now() WHERE token_hash = %s", [token_hash]
+        )
+
+
+def test_a_token_revoked_elsewhere_is_refused_on_the_very_next_call(connect: Connect) -> None:
+    token, raw = worker_token_create(name="contract-revoked-mid-run")
+    ledger = connect(raw)
+    run = ledger.run("contract", {}, worker="w-rm").__enter__()
+    try:
+        run.model(model, [{"role": "user", "content": "before"}])  # the token is known now
+        _revoke_from_another_connection(token.token_hash)
+        calls: list[Callable[[], Any]] = [
+            lambda: run.model(model, [{"role": "user", "content": "after"}]),
+            lambda: run.tool("t.write", {"a": 1}, effect="write", fn=lambda a: a),
+            lambda: ledger._transport.heartbeat(run.id, epoch=run.epoch),
+            lambda: ledger._transport.step_outcome(
+                run.id, 0, epoch=run.epoch, status="ok", result={}, usage={}
+            ),
+        ]
+        for call in calls:  # no sleep: the very next call of each kind
+            with pytest.raises(LedgerError) as refused:
+                call()
+            assert (refused.value.code, refused.value.status) == ("authentication_failed", 401)
+    finally:
+        crash(run)
+    assert Step.objects.filter(run_id=run.id).count() == 1  # nothing written after it
 
 
 def test_malformed_input_is_the_apis_validation_error(ledger: Ledger) -> None:
