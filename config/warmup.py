@@ -12,6 +12,7 @@ No database: a connection opened in a preloading master would be shared by its f
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 
@@ -46,4 +47,9 @@ def warm_up() -> None:
                 engine.get_template(str(path.relative_to(folder)))
             except TemplateDoesNotExist:  # pragma: no cover (listed a moment ago)
                 continue
-    connections.close_all()  # nothing above should connect; make sure no connection is inherited
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        connections.close_all()  # nothing above should connect; make sure no connection is inherited
+    # else: imported inside an event loop (uvicorn --workers N loads the app in each worker's
+    # loop), where Django refuses the synchronous close; nothing above connected, so none to close

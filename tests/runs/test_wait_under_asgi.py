@@ -86,3 +86,43 @@ def test_a_hundred_waiters_on_one_asgi_process_hear_the_run_finish_before_their_
     # bench/: the waiters part measures it; a shared machine's load is no test of it)
     assert latest < 15.0
     assert other_took < 15.0
+
+
+@pytest.mark.pg_connections(6)
+def test_the_asgi_app_serves_from_several_uvicorn_worker_processes(
+    transactional_db: Any, worker_token: str
+) -> None:
+    """`scripts/container-entrypoint asgi` with WEB_WORKERS=2: each worker loads the app inside
+    its event loop, where the warm-up must not touch the database synchronously."""
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "LOG_LEVEL": "WARNING"}
+    log_path = ROOT / ".pytest_cache" / f"uvicorn-workers-{port}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "config.asgi:application",
+                "--port",
+                str(port),
+                "--workers",
+                "2",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_for_http(f"{url}/healthz", proc=proc)
+            headers = {"Authorization": f"Bearer {worker_token}"}
+            made = [
+                httpx.post(f"{url}/api/v1/runs/", json={"agent": "support"}, headers=headers)
+                for _ in range(4)
+            ]
+            assert [response.status_code for response in made] == [201] * 4
+        finally:
+            stop_process(proc)
+    assert b"SynchronousOnlyOperation" not in log_path.read_bytes()
