@@ -15,7 +15,8 @@ SQL = r"""-- The journal kernel: every live ledger_* function, the journal's tri
 --
 -- Each hot worker call is one statement, one round trip, one transaction: the function takes the
 -- run's row lock (ledger_run_locked), checks epoch and status, applies the transition the state
--- tables in runs/constants.py allow, appends its events to the hash chain and updates the run's
+-- tables in runs/constants.py allow (generated below into ledger_transition_allowed, which the
+-- guard triggers enforce), appends its events to the hash chain and updates the run's
 -- counters, then answers. Refusals come back as (code, details); a refusal that changed state
 -- (budget_exceeded) commits that change with its event before it is answered.
 --
@@ -85,8 +86,67 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT to_char(value, 'FM999999999999990.000000')
 $$;
 
+-- BEGIN generated from the transition tables in runs/constants.py
+-- by `manage.py kernel_snapshot`: edit the tables, not this block (kernel_snapshot --check
+-- fails while it is stale). The guard triggers below hold every status and state change
+-- to it, the kernel's own assignments included.
+CREATE OR REPLACE FUNCTION ledger_transition_allowed(p_kind text, p_from text, p_to text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT COALESCE(CASE p_kind
+        WHEN 'run' THEN CASE p_from
+            WHEN 'abandoned' THEN false
+            WHEN 'budget_exceeded' THEN p_to IN ('abandoned', 'cancelled', 'running')
+            WHEN 'cancelled' THEN false
+            WHEN 'completed' THEN false
+            WHEN 'failed' THEN false
+            WHEN 'interrupted' THEN p_to IN ('abandoned', 'budget_exceeded', 'cancelled', 'needs_review', 'running')
+            WHEN 'needs_review' THEN p_to IN ('abandoned', 'budget_exceeded', 'cancelled', 'running')
+            WHEN 'pending' THEN p_to IN ('abandoned', 'budget_exceeded', 'cancelled', 'running')
+            WHEN 'running' THEN p_to IN ('budget_exceeded', 'cancelled', 'completed', 'failed', 'interrupted', 'needs_review', 'running')
+        END
+        WHEN 'step' THEN CASE p_from
+            WHEN 'abandoned' THEN false
+            WHEN 'awaiting_approval' THEN p_to IN ('denied', 'intent')
+            WHEN 'denied' THEN false
+            WHEN 'done' THEN false
+            WHEN 'error' THEN false
+            WHEN 'intent' THEN p_to IN ('awaiting_approval', 'done', 'error', 'interrupted', 'unknown')
+            WHEN 'interrupted' THEN p_to IN ('done', 'error', 'intent')
+            WHEN 'unknown' THEN p_to IN ('abandoned', 'done', 'interrupted')
+        END
+    END, false)
+$$;
+-- END generated
+
+-- A run's status and a step's state move only as the tables allow: the guard triggers (below)
+-- refuse any other change, whether a service, a kernel function or a hand-written UPDATE makes
+-- it. They fire only when the value changes, so the hot calls' counter updates skip them.
+CREATE OR REPLACE FUNCTION runs_run_status_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT ledger_transition_allowed('run', OLD.status, NEW.status) THEN
+        RAISE EXCEPTION 'runs_run: run % cannot move from % to %', OLD.id, OLD.status, NEW.status
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION runs_step_state_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT ledger_transition_allowed('step', OLD.state, NEW.state) THEN
+        RAISE EXCEPTION 'runs_step: step % of run % cannot move from % to %',
+            OLD."index", OLD.run_id, OLD.state, NEW.state USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 -- The first limit the run has reached, as the canonical payload of its budget_exceeded event,
--- or NULL. p_next_step: would one more intent fit? (runs.services._exceeded_limit, in SQL)
+-- or NULL. p_next_step: would one more intent fit? The budget rule's one copy: the services
+-- outside the hot calls ask it too (runs.kernel.exceeded_limit).
 CREATE OR REPLACE FUNCTION ledger_exceeded_limit(r runs_run, p_now timestamptz, p_next_step boolean)
 RETURNS text
 LANGUAGE plpgsql STABLE AS $$
@@ -197,6 +257,8 @@ BEGIN
 END
 $$;
 
+-- Every event is appended here, the hot calls' and the services' (runs.kernel.event_append): the
+-- chain's hash is computed in one place.
 CREATE OR REPLACE FUNCTION ledger_event_append(
     p_run uuid, p_month date, p_seq integer, p_prev text, p_type text, p_payload text,
     p_prefix text, p_actor text, p_at timestamptz
@@ -275,7 +337,8 @@ END
 $$;
 
 -- The run stopped at the limit p_limit_payload names (ledger_exceeded_limit's payload), with its
--- budget_exceeded event appended; the caller saves it.
+-- budget_exceeded event appended; the caller saves it (ledger_run_counters_save). The services'
+-- budget stops come here too (runs.kernel.run_budget_stop).
 CREATE OR REPLACE FUNCTION ledger_run_budget_stop(
     r runs_run, p_limit_payload text, p_now timestamptz, p_prefix text, p_actor text
 ) RETURNS runs_run
@@ -674,6 +737,49 @@ BEGIN
 END
 $$;
 
+-- POST /runs/{id}/steps/ with previous_outcome: the previous step's outcome, then the new intent,
+-- in one transaction. Only a write enforced by its tool may have its outcome carried (recovery
+-- re-runs such a step under its key; any other write keeps its own outcome call): any other step
+-- answers code 'outcome_not_carried' and nothing is written. Answers one row, the outcome's,
+-- when it is refused or stops the run at a budget (then committed, as the outcome call is), else
+-- two: the outcome's, then the intent's.
+CREATE OR REPLACE FUNCTION ledger_step_outcome_intent(
+    p_run uuid, p_epoch bigint, p_index integer, p_kind text, p_name text, p_effect text,
+    p_enforced_by text, p_arguments text, p_args_hash text, p_key text,
+    p_now timestamptz, p_actor text, p_prefix text, p_intent_payload text, p_reopen_payload text,
+    p_outcome boolean, p_ok boolean, p_result text, p_in bigint, p_out bigint, p_cost numeric,
+    p_outcome_payload text,
+    p_prev_index integer, p_prev_ok boolean, p_prev_result text, p_prev_in bigint,
+    p_prev_out bigint, p_prev_cost numeric, p_prev_payload text
+) RETURNS SETOF ledger_step_answer
+LANGUAGE plpgsql AS $$
+DECLARE
+    prev record;
+    a ledger_step_answer;
+BEGIN
+    SELECT s.effect, s.enforced_by INTO prev FROM runs_step s
+    JOIN runs_run r ON r.id = s.run_id AND r.journal_month = s.journal_month
+    WHERE s.run_id = p_run AND s."index" = p_prev_index;
+    IF FOUND AND (prev.effect <> 'write' OR prev.enforced_by IS DISTINCT FROM 'tool') THEN
+        a.code := 'outcome_not_carried';
+        a.details := jsonb_build_object('index', p_prev_index, 'effect', prev.effect,
+            'enforced_by', prev.enforced_by);
+        RETURN NEXT a;
+        RETURN;
+    END IF;
+    a := ledger_step_outcome(p_run, p_epoch, p_prev_index, p_prev_ok, p_prev_result,
+        p_prev_in, p_prev_out, p_prev_cost, p_now, p_actor, p_prefix, p_prev_payload);
+    RETURN NEXT a;
+    IF a.code IS NOT NULL THEN
+        RETURN;  -- refused (nothing written) or a budget stop (recorded)
+    END IF;
+    RETURN NEXT ledger_step_intent(p_run, p_epoch, p_index, p_kind, p_name, p_effect,
+        p_enforced_by, p_arguments, p_args_hash, p_key, p_now, p_actor, p_prefix,
+        p_intent_payload, p_reopen_payload, p_outcome, p_ok, p_result, p_in, p_out, p_cost,
+        p_outcome_payload);
+END
+$$;
+
 -- The triggers. On the partitioned runs_event each is cloned onto every partition, those made
 -- later included.
 DROP TRIGGER IF EXISTS runs_event_append_only ON runs_event;
@@ -685,6 +791,21 @@ DROP TRIGGER IF EXISTS runs_event_continues_chain ON runs_event;
 CREATE TRIGGER runs_event_continues_chain
     BEFORE INSERT ON runs_event
     FOR EACH ROW EXECUTE FUNCTION runs_event_continues_chain();
+
+DROP TRIGGER IF EXISTS runs_run_status_guard ON runs_run;
+CREATE TRIGGER runs_run_status_guard
+    BEFORE UPDATE OF status ON runs_run
+    FOR EACH ROW
+    WHEN (OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION runs_run_status_guard();
+
+-- on the partitioned runs_step, cloned onto every partition as the event triggers are
+DROP TRIGGER IF EXISTS runs_step_state_guard ON runs_step;
+CREATE TRIGGER runs_step_state_guard
+    BEFORE UPDATE OF state ON runs_step
+    FOR EACH ROW
+    WHEN (OLD.state IS DISTINCT FROM NEW.state)
+    EXECUTE FUNCTION runs_step_state_guard();
 
 -- Waiters (GET /api/v1/runs/{id}/?wait=N) hear of a run's status change through LISTEN/NOTIFY on
 -- channel `ledger_run_status`, delivered at commit; the WHEN clause keeps the trigger off every

@@ -84,7 +84,9 @@ def test_task_functions_journalled_with_intentledger_tool_replay_after_a_crash(
     @entrypoint()
     def refund(order: str) -> Any:
         found = lookup(order).result()
-        return charge(found["amount"]).result()
+        charged_now = charge(found["amount"]).result()
+        lookup(order).result()  # the call that carries the charge's outcome (a key-enforced write)
+        return charged_now
 
     with Ledger(ledger_server, worker_token, retries=1) as ledger:
         first = ledger.run("lg-tasks", {}, external_id="t-1", worker="w-tasks").__enter__()
@@ -93,7 +95,7 @@ def test_task_functions_journalled_with_intentledger_tool_replay_after_a_crash(
         with ledger.run("lg-tasks", {}, external_id="t-1", worker="w-tasks") as again:
             again.output = refund.invoke("A-1")
 
-    assert again.replayed == 2 and again.executed == 0
+    assert again.replayed == 3 and again.executed == 0
     assert len(charged) == 1
     step = RunRow.objects.get(pk=again.id).steps.get(name="payments.charge")
     assert step.enforced_by == "tool" and charged == [step.idempotency_key]

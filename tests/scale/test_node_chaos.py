@@ -130,7 +130,8 @@ def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double
                         token=token,
                         name=f"chaos-w{n}-{tag}",
                         concurrency=2,
-                        env={"AGENT_LEASE_TTL": LEASE_TTL},
+                        # the web nodes are what this test kills: journal over HTTP through them
+                        env={"AGENT_LEASE_TTL": LEASE_TTL, "LEDGER_AGENT_TRANSPORT": "http"},
                     )[0]
                 )
             victim_worker = f"celery:chaos-w1-{tag}-"  # the node name: <name>-<suffix>@<host>
