@@ -26,7 +26,7 @@ PY_SPY = BENCH / ".venv" / "bin" / "py-spy"
 # (label, substring of a frame "function (file)") — inclusive share of samples containing it
 BUCKETS = [
     ("lean path (runs/hotpath.py)", "answer (runs/hotpath.py"),
-    ("  token lookup (cached 1 s)", "principal_for (runs/authentication.py"),
+    ("  token lookup (principal_for)", "principal_for (runs/authentication.py"),
     ("  body parse (strict JSON)", "parse_strict_json (runs/hotpath.py"),
     ("  journal kernel call (one statement)", "_call (runs/kernel.py"),
     ("  canonical JSON + hashes", "canonical_json (runs/canonical.py"),
