@@ -40,9 +40,8 @@ def server_args(name: str, port: int, workers: int, threads: int) -> list[str]:
             "--blocking-threads", str(threads), "--no-ws", "--log-level", "warning",
             "--no-access-log",
         ]  # fmt: skip
-    # one process: uvicorn's --workers > 1 imports the app inside a running event loop, where
-    # config.asgi's warm-up (connections.close_all) raises SynchronousOnlyOperation. One
-    # keep-alive client is served by one process anyway, so latency compares equally.
+    # one process: one keep-alive client is served by one process anyway, so latency compares
+    # equally (and the ASGI app holds no thread per request, so threads have no equivalent).
     return [
         str(BENCH_VENV_PY), "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
         "--port", str(port), "--http", "httptools",
@@ -104,7 +103,7 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
     res.note(
         "servers",
         f"gunicorn and granian with {workers} processes × {threads} threads, uvicorn one process "
-        "(its --workers fails in config.asgi's warm-up), serving the same tree and database; the client is the SDK's HttpTransport (one keep-alive connection), 20-step "
+        "(one keep-alive client is served by one process), serving the same tree and database; the client is the SDK's HttpTransport (one keep-alive connection), 20-step "
         "runs, 100 B payloads, in this invocation. gunicorn: gthread, `--preload` (production's "
         "settings); granian: `--interface wsgi` on config.wsgi; uvicorn: `--http httptools` on "
         "config.asgi.\n\n" + "\n".join(rows),
