@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextvars
-import inspect
-import json
 import logging
 import threading
 import time
@@ -13,6 +11,16 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from intentledger._steps import (
+    _accepts_key,
+    _canonical,
+    _denied,
+    _normalized,
+    _spends,
+    _still_executing,
+    _ToolRefused,
+    _usage_of,
+)
 from intentledger.errors import (
     ApprovalDenied,
     ApprovalPending,
@@ -39,8 +47,6 @@ EnforcedBy = Literal["ledger", "tool", "nobody"]
 _current: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
     "intentledger_run", default=None
 )
-# how long to wait for a gateway key another execution still holds (409 idempotency_in_progress)
-IN_PROGRESS_WAIT_SECONDS = 30.0
 # one long poll for an approval decision (the server answers at once when people decide)
 APPROVAL_POLL_SECONDS = 25
 TOOL_REFUSAL_STATUSES = frozenset({400, 404, 409, 502})
@@ -64,54 +70,6 @@ def current_run() -> Run:
     if run is None:
         raise RuntimeError("No active run: call journalled tools inside `with ledger.run(...)`.")
     return run
-
-
-def _normalized(value: Any, what: str) -> Any:
-    """The value as the journal will hand it back (JSON round trip), so replay sees the same."""
-    try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} must be JSON-serialisable: {exc}") from exc
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _usage_of(result: Any) -> dict[str, Any]:
-    usage = result.get("usage") if isinstance(result, dict) else None
-    if not isinstance(usage, dict):
-        return {"input_tokens": 0, "output_tokens": 0}
-    out: dict[str, Any] = {
-        "input_tokens": int(usage.get("input_tokens", usage.get("prompt_tokens", 0)) or 0),
-        "output_tokens": int(usage.get("output_tokens", usage.get("completion_tokens", 0)) or 0),
-    }
-    if usage.get("cost_usd") is not None:
-        out["cost_usd"] = str(usage["cost_usd"])
-    return out
-
-
-def _spends(usage: dict[str, Any]) -> bool:
-    return bool(usage.get("input_tokens") or usage.get("output_tokens") or usage.get("cost_usd"))
-
-
-def _accepts_key(fn: Callable[..., Any]) -> bool:
-    try:
-        parameters = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "idempotency_key" in parameters or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )
-
-
-def _still_executing(error: LedgerError, waited_since: float) -> bool:
-    """Whether a 409 `idempotency_in_progress` is worth waiting out: not once the server calls
-    the key's lock stale (`details.stale`: its execution was lost, and only a supervisor's retry
-    frees the key), and not past IN_PROGRESS_WAIT_SECONDS."""
-    if error.details.get("stale") is True:
-        return False
-    return time.monotonic() - waited_since < IN_PROGRESS_WAIT_SECONDS
 
 
 class Run:
@@ -727,25 +685,6 @@ class Run:
                     replayed=replayed,
                 ),
             )
-
-
-def _denied(step: dict[str, Any]) -> ApprovalDenied:
-    resolution = step.get("resolution") or {}
-    details = {"index": step.get("index"), **resolution}
-    if resolution.get("action") == "expire":
-        message = f"Step {step.get('index')} ({step.get('name')}) was not approved in time."
-    else:
-        message = (
-            f"Step {step.get('index')} ({step.get('name')}) was denied by "
-            f"{resolution.get('by')}: {resolution.get('note')}"
-        )
-    return ApprovalDenied(message, code="approval_denied", status=409, details=details)
-
-
-class _ToolRefused(Exception):
-    def __init__(self, error: LedgerError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 __all__ = ["Run", "StaleLease", "StepInfo", "current_run"]
