@@ -88,7 +88,7 @@ def oidc_provider(redirect_uri: str, users: dict[str, Any]) -> Iterator[OidcProv
         "OIDC_REDIRECT_URI": redirect_uri,
         "OIDC_USERS": json.dumps(users),
     }
-    proc = spawn(["node", str(SCRIPT)], log_name="oidc-provider", env=env)
+    proc = spawn(["node", str(SCRIPT)], log_name=f"oidc-provider-{port}", env=env)
     try:
         provider = OidcProvider(port, users)
         wait_for_http(f"{provider.control}/health", proc=proc, timeout=30)
