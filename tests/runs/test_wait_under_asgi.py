@@ -3,42 +3,44 @@ second of the run finishing, while the same process still serves other requests 
 
 import asyncio
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from runs.services.finish import run_complete
-from tests.conftest import ROOT, free_port, stop_process, test_database_url, wait_for_http
+from tests.conftest import free_port, stop_process, test_database_url, wait_for_http
+from tests.processes import spawn
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 WAITERS = 100
 
 
-@pytest.fixture
-def asgi_server(transactional_db: Any) -> Iterator[str]:
+@contextmanager
+def uvicorn_server(*options: str, ready: str = "/api/v1/schema/") -> Iterator[tuple[str, Path]]:
+    """config.asgi served by uvicorn with `options`: its URL once `ready` answers, and its log."""
     port = free_port()
     env = {**os.environ, "DATABASE_URL": test_database_url(), "LOG_LEVEL": "WARNING"}
-    log = open(ROOT / ".pytest_cache" / f"uvicorn-{port}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--port", str(port)]
+    proc = spawn([*args, *options], log_name=f"uvicorn-{port}", env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for_http(f"{url}/api/v1/schema/", proc=proc)
-        yield url
+        wait_for_http(f"{url}{ready}", proc=proc)
+        yield url, proc.log_path  # type: ignore[attr-defined]
     finally:
         stop_process(proc)
-        log.close()
+
+
+@pytest.fixture
+def asgi_server(transactional_db: Any) -> Iterator[str]:
+    with uvicorn_server() as (url, _log):
+        yield url
 
 
 def test_a_hundred_waiters_on_one_asgi_process_hear_the_run_finish_before_their_wait_runs_out(
@@ -94,35 +96,11 @@ def test_the_asgi_app_serves_from_several_uvicorn_worker_processes(
 ) -> None:
     """`scripts/container-entrypoint asgi` with WEB_WORKERS=2: each worker loads the app inside
     its event loop, where the warm-up must not touch the database synchronously."""
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": test_database_url(), "LOG_LEVEL": "WARNING"}
-    log_path = ROOT / ".pytest_cache" / f"uvicorn-workers-{port}.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "config.asgi:application",
-                "--port",
-                str(port),
-                "--workers",
-                "2",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_for_http(f"{url}/healthz", proc=proc)
-            headers = {"Authorization": f"Bearer {worker_token}"}
-            made = [
-                httpx.post(f"{url}/api/v1/runs/", json={"agent": "support"}, headers=headers)
-                for _ in range(4)
-            ]
-            assert [response.status_code for response in made] == [201] * 4
-        finally:
-            stop_process(proc)
+    with uvicorn_server("--workers", "2", ready="/healthz") as (url, log_path):
+        headers = {"Authorization": f"Bearer {worker_token}"}
+        made = [
+            httpx.post(f"{url}/api/v1/runs/", json={"agent": "support"}, headers=headers)
+            for _ in range(4)
+        ]
+        assert [response.status_code for response in made] == [201] * 4
     assert b"SynchronousOnlyOperation" not in log_path.read_bytes()
