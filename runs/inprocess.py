@@ -37,7 +37,7 @@ from urllib.parse import urlencode
 from asgiref.sync import async_to_sync
 from django.db import InterfaceError, OperationalError, connection
 from django.http import QueryDict
-from intentledger import Ledger, LedgerError, LedgerUnavailable
+from intentledger import Ledger, LedgerError, LedgerUnavailable, StepIntent, StepOutcome, ToolCall
 from intentledger.errors import error_from_response
 from rest_framework import exceptions, serializers
 
@@ -178,58 +178,20 @@ class InProcessTransport:
 
     # --- steps ----------------------------------------------------------------------------
 
-    def step_record(
-        self,
-        run_id: str,
-        *,
-        epoch: int,
-        index: int,
-        kind: str,
-        name: str,
-        effect: str,
-        arguments: dict[str, Any],
-        enforced_by: str | None = None,
-        outcome: dict[str, Any] | None = None,
-        invoke: bool = False,
-        previous_outcome: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "epoch": epoch,
-            "index": index,
-            "kind": kind,
-            "name": name,
-            "effect": effect,
-            "arguments": arguments,
-            "enforced_by": enforced_by,
-            "outcome": outcome,
-            "invoke": invoke,
-            "previous_outcome": previous_outcome,
-        }
-
+    def step_record(self, run_id: str, intent: StepIntent) -> dict[str, Any]:
         def record(principal: WorkerPrincipal) -> dict[str, Any]:
             run_check_visible(principal=principal, run_id=run_id)
-            data = _fields(contract.INTENT, body)
+            data = _fields(contract.INTENT, intent.body())
             return hotcalls.intent(run_id=run_id, payload=data, actor=str(principal))[1]
 
-        return self._call(record, one_statement=not invoke)
+        return self._call(record, one_statement=not intent.invoke)
 
-    def step_outcome(
-        self,
-        run_id: str,
-        index: int,
-        *,
-        epoch: int,
-        status: str,
-        result: Any,
-        usage: dict[str, Any],
-    ) -> dict[str, Any]:
-        body = {"epoch": epoch, "status": status, "result": result, "usage": usage}
-
+    def step_outcome(self, run_id: str, outcome: StepOutcome, *, epoch: int) -> dict[str, Any]:
         def record(principal: WorkerPrincipal) -> dict[str, Any]:
             run_check_visible(principal=principal, run_id=run_id)
-            data = _fields(contract.OUTCOME, body)
+            data = _fields(contract.OUTCOME, outcome.body(epoch=epoch))
             payload = hotcalls.outcome(
-                run_id=run_id, index=index, payload=data, actor=str(principal)
+                run_id=run_id, index=outcome.index, payload=data, actor=str(principal)
             )
             return payload[1]
 
@@ -247,25 +209,18 @@ class InProcessTransport:
 
     # --- the tool gateway -----------------------------------------------------------------
 
-    def tool_invoke(
-        self,
-        name: str,
-        arguments: dict[str, Any],
-        *,
-        idempotency_key: str | None,
-        epoch: int | None,
-    ) -> Any:
-        body = {"arguments": arguments}
+    def tool_invoke(self, call: ToolCall) -> Any:
+        body = {"arguments": call.arguments}
 
         def invoke(principal: WorkerPrincipal) -> Any:
             data = _validated(ToolInvokeApi.InputSerializer, _parsed(body))
             outcome = tool_invoke(
-                name=name,
+                name=call.name,
                 arguments=data["arguments"],
-                idempotency_key=idempotency_key,
+                idempotency_key=call.idempotency_key,
                 actor=str(principal),
                 principal=principal,
-                ledger_epoch=epoch if idempotency_key else None,
+                ledger_epoch=call.epoch if call.idempotency_key else None,
             )
             if not outcome.ok:  # the tool's refusal or stored failure, as the gateway answers
                 raise error_from_response(outcome.status_code, outcome.body)

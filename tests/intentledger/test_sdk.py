@@ -20,6 +20,7 @@ from intentledger import (
     Run,
     StaleLease,
     StepFailed,
+    StepIntent,
     tool,
 )
 
@@ -156,12 +157,16 @@ def test_interrupted_steps_are_reexecuted_and_nobody_enforced_ones_go_to_review(
 
     first = ledger.run("sdk-recover", {}, worker="pod-3").__enter__()
     # a read step and a write step whose processes die mid-execution: intents only
-    first._intent(0, "tool", "read", "read", None, {"x": 1}, outcome=None)
+    first._intent(StepIntent(first.epoch, 0, "tool", "read", "read", {"x": 1}))
     crash(first)
     second = ledger.attach(first.id, worker="pod-3").__enter__()
     assert second.journal[0]["state"] == "interrupted"
     assert second.tool("read", {"x": 1}, effect="read", fn=read) == 1
-    second._intent(1, "tool", "send", "write", "nobody", {"to": "a@b.example"}, outcome=None)
+    second._intent(
+        StepIntent(
+            second.epoch, 1, "tool", "send", "write", {"to": "a@b.example"}, enforced_by="nobody"
+        )
+    )
     crash(second)
     assert executions == ["read"]
     with pytest.raises(NeedsReview), ledger.attach(first.id, worker="pod-3"):
@@ -381,7 +386,9 @@ def test_an_interrupted_tool_enforced_write_runs_again_with_the_same_key(ledger:
 
     first = ledger.run("sdk-tool-enforced", {}, worker="pod-11").__enter__()
     # the process died after journalling the intent, before (or while) charging
-    intent = first._intent(0, "tool", "charge", "write", "tool", {"amount": 3}, outcome=None)
+    intent = first._intent(
+        StepIntent(first.epoch, 0, "tool", "charge", "write", {"amount": 3}, enforced_by="tool")
+    )
     crash(first)
     with ledger.attach(first.id, worker="pod-11") as second:
         assert second.journal[0]["state"] == "interrupted"
@@ -420,7 +427,9 @@ def test_a_worker_whose_gateway_key_was_lost_mid_execution_stops_without_waiting
         pytest.raises(LedgerUnavailable, match="stale lock") as stopped,
         ledger.run("sdk-lost-key", {}, worker="pod-12") as run,
     ):
-        intent = run._intent(0, "tool", "tickets.create", "write", "ledger", args, outcome=None)
+        intent = run._intent(
+            StepIntent(run.epoch, 0, "tool", "tickets.create", "write", args, enforced_by="ledger")
+        )
         # a server process took the key and died inside the tool, long ago
         idempotency_reserve(
             key=intent["idempotency_key"], tool="tickets.create", request_hash=arguments_hash(args)

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from intentledger import Ledger, Run
+from intentledger import Ledger, Run, StepIntent
 
 AGENT = "carry-kill"
 
@@ -75,9 +75,9 @@ def main(url: str, token: str, store: str, point: str) -> None:
         if point == "after_carry":
             record = transport.step_record
 
-            def record_then_die(*args: Any, **kwargs: Any) -> Any:
-                answer = record(*args, **kwargs)
-                if kwargs.get("previous_outcome") is not None:
+            def record_then_die(run_id: str, intent: StepIntent) -> Any:
+                answer = record(run_id, intent)
+                if intent.previous_outcome is not None:
                     _die()
                 return answer
 

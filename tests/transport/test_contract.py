@@ -20,6 +20,8 @@ from intentledger import (
     NeedsReview,
     Run,
     StaleLease,
+    StepIntent,
+    StepOutcome,
 )
 
 from runs.chain import run_chain_breaks
@@ -258,7 +260,7 @@ def test_a_token_revoked_elsewhere_is_refused_on_the_very_next_call(connect: Con
             lambda: run.tool("t.write", {"a": 1}, effect="write", fn=lambda a: a),
             lambda: ledger._transport.heartbeat(run.id, epoch=run.epoch),
             lambda: ledger._transport.step_outcome(
-                run.id, 0, epoch=run.epoch, status="ok", result={}, usage={}
+                run.id, StepOutcome(0, "ok", {}, {}), epoch=run.epoch
             ),
         ]
         for call in calls:  # no sleep: the very next call of each kind
@@ -489,7 +491,7 @@ def test_a_carried_outcome_the_kernel_refuses_writes_nothing(ledger: Ledger) -> 
         ]
         for fields, field in refusals:
             with pytest.raises(LedgerError) as refused:
-                transport.step_record(run.id, **{**intent, **fields})
+                transport.step_record(run.id, StepIntent(**{**intent, **fields}))
             assert (refused.value.code, refused.value.status) == ("validation_error", 400)
             assert field in refused.value.details
         assert Event.objects.filter(run=row).count() == events
@@ -501,12 +503,14 @@ def test_a_carried_outcome_the_kernel_refuses_writes_nothing(ledger: Ledger) -> 
         with pytest.raises(LedgerError) as conflict:
             transport.step_record(
                 run.id,
-                **{
-                    **intent,
-                    "index": 2,
-                    "arguments": {"n": 1},
-                    "previous_outcome": {"index": 1, "result": 2},
-                },
+                StepIntent(
+                    **{
+                        **intent,
+                        "index": 2,
+                        "arguments": {"n": 1},
+                        "previous_outcome": {"index": 1, "result": 2},
+                    }
+                ),
             )
         assert (conflict.value.code, conflict.value.status) == ("outcome_conflict", 409)
         assert Event.objects.filter(run=row).count() == events

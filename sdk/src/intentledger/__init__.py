@@ -15,8 +15,18 @@ from intentledger import errors
 from intentledger._ledger import Ledger
 from intentledger._run import Run, StepInfo, current_run
 from intentledger._tool import tool
-from intentledger._transport import Transport
+from intentledger._transport import StepIntent, StepOutcome, ToolCall, Transport
 from intentledger.errors import *  # noqa: F403  (the public errors: errors.__all__)
 
-__all__ = ["Ledger", "Run", "StepInfo", "Transport", "current_run", "tool"]
+__all__ = [
+    "Ledger",
+    "Run",
+    "StepInfo",
+    "StepIntent",
+    "StepOutcome",
+    "ToolCall",
+    "Transport",
+    "current_run",
+    "tool",
+]
 __all__ += errors.__all__

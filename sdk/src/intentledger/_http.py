@@ -16,6 +16,7 @@ import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from intentledger._transport import StepIntent, StepOutcome, ToolCall
 from intentledger.errors import LedgerError, LedgerUnavailable, error_from_response
 
 if TYPE_CHECKING:
@@ -200,51 +201,12 @@ class HttpTransport:
     def heartbeat(self, run_id: str, *, epoch: int) -> dict[str, Any]:
         return self._write(f"/api/v1/runs/{run_id}/heartbeat", {"epoch": epoch})
 
-    def step_record(
-        self,
-        run_id: str,
-        *,
-        epoch: int,
-        index: int,
-        kind: str,
-        name: str,
-        effect: str,
-        arguments: dict[str, Any],
-        enforced_by: str | None = None,
-        outcome: dict[str, Any] | None = None,
-        invoke: bool = False,
-        previous_outcome: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "epoch": epoch,
-            "index": index,
-            "kind": kind,
-            "name": name,
-            "effect": effect,
-            "arguments": arguments,
-        }
-        if enforced_by is not None:
-            body["enforced_by"] = enforced_by
-        if outcome is not None:
-            body["outcome"] = outcome
-        if invoke:
-            body["invoke"] = True
-        if previous_outcome is not None:
-            body["previous_outcome"] = previous_outcome
-        return self._write(f"/api/v1/runs/{run_id}/steps/", body)
+    def step_record(self, run_id: str, intent: StepIntent) -> dict[str, Any]:
+        return self._write(f"/api/v1/runs/{run_id}/steps/", intent.body())
 
-    def step_outcome(
-        self,
-        run_id: str,
-        index: int,
-        *,
-        epoch: int,
-        status: str,
-        result: Any,
-        usage: dict[str, Any],
-    ) -> dict[str, Any]:
-        body = {"epoch": epoch, "status": status, "result": result, "usage": usage}
-        return self._write(f"/api/v1/runs/{run_id}/steps/{index}/outcome", body)
+    def step_outcome(self, run_id: str, outcome: StepOutcome, *, epoch: int) -> dict[str, Any]:
+        path = f"/api/v1/runs/{run_id}/steps/{outcome.index}/outcome"
+        return self._write(path, outcome.body(epoch=epoch))
 
     def step_wait(self, run_id: str, index: int, *, wait: int) -> dict[str, Any]:
         return self._body(
@@ -257,21 +219,15 @@ class HttpTransport:
     def run_fail(self, run_id: str, *, epoch: int, error: Any) -> dict[str, Any]:
         return self._write(f"/api/v1/runs/{run_id}/fail", {"epoch": epoch, "error": error})
 
-    def tool_invoke(
-        self,
-        name: str,
-        arguments: dict[str, Any],
-        *,
-        idempotency_key: str | None,
-        epoch: int | None,
-    ) -> Any:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        if idempotency_key and epoch is not None:
-            headers["Ledger-Epoch"] = str(epoch)
+    def tool_invoke(self, call: ToolCall) -> Any:
+        key = call.idempotency_key
+        headers = {"Idempotency-Key": key} if key else {}
+        if key and call.epoch is not None:
+            headers["Ledger-Epoch"] = str(call.epoch)
         body = self.request(
             "POST",
-            f"/api/v1/tools/{name}/invoke",
-            json={"arguments": arguments},
+            f"/api/v1/tools/{call.name}/invoke",
+            json={"arguments": call.arguments},
             headers=headers or None,
             # safe to resend either way: with a key the gateway runs it at most once; without
             # one only read tools are accepted (a write is refused with 400)

@@ -7,20 +7,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from intentledger._steps import (
     _accepts_key,
-    _canonical,
     _denied,
+    _matches,
     _normalized,
     _spends,
     _still_executing,
     _ToolRefused,
     _usage_of,
 )
+from intentledger._transport import StepIntent, StepOutcome, ToolCall
 from intentledger.errors import (
     ApprovalDenied,
     ApprovalPending,
@@ -119,7 +120,7 @@ class Run:
         self._next = 0
         # a write enforced by its tool: its outcome, held to ride on the next call
         # ({index, status, result, usage}; docs/design-notes.md has the crash analysis)
-        self._held: dict[str, Any] | None = None
+        self._held: StepOutcome | None = None
         self._stopped: StopRun | None = None
         self._lease_deadline = 0.0
         self._lock = threading.Lock()
@@ -297,9 +298,8 @@ class Run:
         waited_since = time.monotonic()
         while True:
             try:
-                return self._transport.tool_invoke(
-                    name, dict(arguments), idempotency_key=idempotency_key, epoch=self.epoch
-                )
+                call = ToolCall(name, dict(arguments), idempotency_key, self.epoch)
+                return self._transport.tool_invoke(call)
             except LedgerError as error:
                 if error.code == "idempotency_in_progress":
                     if _still_executing(error, waited_since):
@@ -354,11 +354,20 @@ class Run:
         if self._stopped is not None:
             raise self._stopped
         index = self._next
+        intent = StepIntent(
+            epoch=self.epoch,
+            index=index,
+            kind=kind,
+            name=name,
+            effect=effect,
+            arguments=args,
+            enforced_by=enforced_by,
+        )
         recorded = self.journal.get(index)
         if recorded is not None:
-            if not self._matches(recorded, kind=kind, name=name, effect=effect, args=args):
+            if not _matches(recorded, intent):
                 # the server compares hashes and has the last word (raises nondeterministic)
-                recorded = self._intent(index, kind, name, effect, enforced_by, args, outcome=None)
+                recorded = self._intent(intent)
             state = recorded["state"]
             if state in ("done", "error"):
                 self._next += 1
@@ -376,12 +385,12 @@ class Run:
             # records its outcome (a crash anywhere in it is recovered from the key record)
             self._flush()  # a gateway step takes no previous_outcome
             try:
-                step = self._gateway_step(index, name, effect, args)
+                step = self._gateway_step(intent)
                 if step["state"] == "awaiting_approval":  # 202: an approval rule holds it
                     self.journal[index] = step
                     self._await_approval(index, name)
                     # approved: the same call again runs the tool, once, under the step's key
-                    step = self._gateway_step(index, name, effect, args)
+                    step = self._gateway_step(intent)
             except ApprovalDenied:
                 self._next += 1  # the denied step keeps its index; the agent may go on
                 raise
@@ -397,26 +406,19 @@ class Run:
             status = "ok" if step["state"] == "done" else "error"
             result, raised = step["result"], None
         elif effect == "read":
-            if self._held is not None and _spends(self._held["usage"]):
+            if self._held is not None and _spends(self._held.usage):
                 self._flush()  # a budget stop it raises comes before the read spends anything
             status, result, raised = self._execute(run, None)
-            step = self._intent(
-                index,
-                kind,
-                name,
-                effect,
-                None,
-                args,
-                outcome={"status": status, "result": result, "usage": _usage_of(result)},
-            )
+            outcome = {"status": status, "result": result, "usage": _usage_of(result)}
+            step = self._intent(replace(intent, enforced_by=None, outcome=outcome))
         else:
             try:
-                step = self._intent(index, kind, name, effect, enforced_by, args, outcome=None)
+                step = self._intent(intent)
                 if step["state"] == "awaiting_approval":
                     self.journal[index] = step
                     self._await_approval(index, name)
                     # approved: the same intent again hands the step to this worker, once
-                    step = self._intent(index, kind, name, effect, enforced_by, args, outcome=None)
+                    step = self._intent(intent)
             except ApprovalDenied:
                 self._next += 1  # the denied step keeps its index; the agent may go on
                 raise
@@ -429,17 +431,12 @@ class Run:
                 if enforced_by == "tool" and status == "ok":
                     # the tool honours the key: a crash before the outcome lands is re-run
                     # under it, so the outcome rides on the next call (notified when it lands)
-                    self._held = {
-                        "index": index,
-                        "status": status,
-                        "result": result,
-                        "usage": _usage_of(result),
-                    }
+                    self._held = StepOutcome(index, status, result, _usage_of(result))
                     self.journal[index] = step
                     self._next += 1
                     self.executed += 1
                     return result
-                step = self._outcome(index, status, result, _usage_of(result))
+                step = self._outcome(StepOutcome(index, status, result, _usage_of(result)))
         self.journal[index] = step
         self._next += 1
         self.executed += 1
@@ -469,55 +466,28 @@ class Run:
         except Exception as exc:
             return "error", {"error": type(exc).__name__, "message": str(exc)[:2000]}, exc
 
-    def _matches(
-        self, recorded: dict[str, Any], *, kind: str, name: str, effect: str, args: dict[str, Any]
-    ) -> bool:
-        return (recorded["kind"], recorded["name"], recorded["effect"]) == (
-            kind,
-            name,
-            effect,
-        ) and _canonical(recorded["arguments"]) == _canonical(args)
-
-    def _intent(
-        self,
-        index: int,
-        kind: str,
-        name: str,
-        effect: str,
-        enforced_by: str | None,
-        args: dict[str, Any],
-        *,
-        outcome: dict[str, Any] | None,
-    ) -> dict[str, Any]:
+    def _intent(self, intent: StepIntent) -> dict[str, Any]:
         held = self._held
-        if held is not None and held["index"] != index - 1:
+        if held is not None and held.index != intent.index - 1:
             self._flush()
             held = None
         try:
             step = self._write(
                 self._transport.step_record,
                 self.id,
-                epoch=self.epoch,
-                index=index,
-                kind=kind,
-                name=name,
-                effect=effect,
-                arguments=args,
-                enforced_by=enforced_by,
-                outcome=outcome,
-                previous_outcome=held,
+                replace(intent, epoch=self.epoch, previous_outcome=held),
             )
         except LedgerError as error:
             stopped = error.details.get("step")
             if error.code == "budget_exceeded" and isinstance(stopped, dict):
                 self.journal[int(stopped["index"])] = stopped
-                if held is not None and stopped["index"] == held["index"]:
+                if held is not None and stopped["index"] == held.index:
                     self._held = None  # recorded: the carried outcome stopped the run
             raise
         if held is not None:
             self._held = None
-            landed = {**self.journal[held["index"]], "state": "done", "result": held["result"]}
-            self.journal[held["index"]] = landed
+            landed = {**self.journal[held.index], "state": "done", "result": held.result}
+            self.journal[held.index] = landed
             self._notify(landed, replayed=False)
         return step
 
@@ -542,9 +512,9 @@ class Run:
             if step["state"] != "awaiting_approval":
                 return
 
-    def _gateway_step(self, index: int, name: str, effect: str, args: dict[str, Any]) -> Any:
+    def _gateway_step(self, intent: StepIntent) -> Any:
         """A step with `invoke`: the step done or error, in one call of the transport."""
-        if effect == "write":
+        if intent.effect == "write":
             self._check_lease_for_write()
         waited_since = time.monotonic()
         while True:
@@ -552,17 +522,11 @@ class Run:
                 return self._write(
                     self._transport.step_record,
                     self.id,
-                    epoch=self.epoch,
-                    index=index,
-                    kind="tool",
-                    name=name,
-                    effect=effect,
-                    arguments=args,
-                    invoke=True,
+                    replace(intent, epoch=self.epoch, enforced_by=None, invoke=True),
                 )
             except LedgerError as error:
                 if error.code == "budget_exceeded" and isinstance(error.details.get("step"), dict):
-                    self.journal[index] = error.details["step"]
+                    self.journal[intent.index] = error.details["step"]
                 if error.code != "idempotency_in_progress":
                     raise
                 if _still_executing(error, waited_since):
@@ -577,8 +541,8 @@ class Run:
         """The held outcome by its own call (the outcome call), when no call can carry it."""
         held, self._held = self._held, None
         if held is not None:
-            step = self._outcome(held["index"], held["status"], held["result"], held["usage"])
-            self.journal[held["index"]] = step
+            step = self._outcome(held)
+            self.journal[held.index] = step
             self._notify(step, replayed=False)
 
     def _offer_held(self) -> None:
@@ -589,36 +553,19 @@ class Run:
         if held is None:
             return
         try:
-            self._transport.step_outcome(
-                self.id,
-                held["index"],
-                epoch=self.epoch,
-                status=held["status"],
-                result=held["result"],
-                usage=held["usage"],
-            )
+            self._transport.step_outcome(self.id, held, epoch=self.epoch)
         except Exception as error:  # best effort: the step's key covers it
             logger.info(
-                "run %s: held outcome of step %s not recorded: %s", self.id, held["index"], error
+                "run %s: held outcome of step %s not recorded: %s", self.id, held.index, error
             )
 
-    def _outcome(
-        self, index: int, status: str, result: Any, usage: dict[str, Any]
-    ) -> dict[str, Any]:
+    def _outcome(self, outcome: StepOutcome) -> dict[str, Any]:
         try:
-            answer = self._write(
-                self._transport.step_outcome,
-                self.id,
-                index,
-                epoch=self.epoch,
-                status=status,
-                result=result,
-                usage=usage,
-            )
+            answer = self._write(self._transport.step_outcome, self.id, outcome, epoch=self.epoch)
         except LedgerError as error:
             if error.code == "budget_exceeded" and isinstance(error.details.get("step"), dict):
                 # the outcome is recorded (usage is a fact); the run stops here
-                self.journal[index] = error.details["step"]
+                self.journal[outcome.index] = error.details["step"]
             raise
         if isinstance(answer.get("budget"), dict):
             self.info["budget"] = answer["budget"]

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from intentledger._transport import StepIntent
 from intentledger.errors import ApprovalDenied, LedgerError
 
 # how long to wait for a gateway key another execution still holds (409 idempotency_in_progress)
@@ -25,6 +26,16 @@ def _normalized(value: Any, what: str) -> Any:
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _matches(recorded: dict[str, Any], intent: StepIntent) -> bool:
+    """The journal's step is this one: the same kind, name, effect and arguments."""
+    same_call = (recorded["kind"], recorded["name"], recorded["effect"]) == (
+        intent.kind,
+        intent.name,
+        intent.effect,
+    )
+    return same_call and _canonical(recorded["arguments"]) == _canonical(intent.arguments)
 
 
 def _usage_of(result: Any) -> dict[str, Any]:

@@ -10,7 +10,60 @@ and details, so `Run` cannot tell one transport from another.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What a step did: the body of POST /runs/{id}/steps/{index}/outcome, or carried by the
+    next step's intent as its `previous_outcome` (a write enforced by the tool)."""
+
+    index: int
+    status: str
+    result: Any
+    usage: dict[str, Any]
+
+    def body(self, *, epoch: int) -> dict[str, Any]:
+        """The outcome call's JSON body (its path names the index)."""
+        return {"epoch": epoch, "status": self.status, "result": self.result, "usage": self.usage}
+
+
+@dataclass(frozen=True)
+class StepIntent:
+    """The body of POST /runs/{id}/steps/, one value from the step's logic to the wire.
+
+    A step journalled before it runs; with `outcome` a read step done in the same call, with
+    `invoke` a gateway step run by the ledger. `previous_outcome` ({index, status, result,
+    usage}) is the step before's outcome (a write enforced_by tool), recorded first in the same
+    transaction."""
+
+    epoch: int
+    index: int
+    kind: str
+    name: str
+    effect: str
+    arguments: dict[str, Any]
+    enforced_by: str | None = None
+    outcome: dict[str, Any] | None = None
+    invoke: bool = False
+    previous_outcome: StepOutcome | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The contract's JSON body: optional fields at their default are left out (asdict
+        turns a previous_outcome into its {index, status, result, usage})."""
+        return {k: v for k, v in asdict(self).items() if v is not None and v is not False}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """POST /tools/{name}/invoke: a registered tool run by the ledger's gateway, at most once per
+    key (a write's key is its journalled step's, fenced by the lease `epoch` that journalled it)."""
+
+    name: str
+    arguments: dict[str, Any]
+    idempotency_key: str | None = None
+    epoch: int | None = None
 
 
 class Transport(Protocol):
@@ -42,37 +95,11 @@ class Transport(Protocol):
         """POST /runs/{id}/heartbeat: {expires_at, status, epoch}."""
         ...
 
-    def step_record(
-        self,
-        run_id: str,
-        *,
-        epoch: int,
-        index: int,
-        kind: str,
-        name: str,
-        effect: str,
-        arguments: dict[str, Any],
-        enforced_by: str | None = None,
-        outcome: dict[str, Any] | None = None,
-        invoke: bool = False,
-        previous_outcome: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """POST /runs/{id}/steps/: the step (an intent; with `outcome` a read step done; with
-        `invoke` a gateway step run); `awaiting_approval` when an approval rule holds it.
-        `previous_outcome` ({index, status, result, usage}): the step before's outcome (a write
-        enforced_by tool), recorded first in the same transaction."""
+    def step_record(self, run_id: str, intent: StepIntent) -> dict[str, Any]:
+        """POST /runs/{id}/steps/: the step; `awaiting_approval` when an approval rule holds it."""
         ...
 
-    def step_outcome(
-        self,
-        run_id: str,
-        index: int,
-        *,
-        epoch: int,
-        status: str,
-        result: Any,
-        usage: dict[str, Any],
-    ) -> dict[str, Any]:
+    def step_outcome(self, run_id: str, outcome: StepOutcome, *, epoch: int) -> dict[str, Any]:
         """POST /runs/{id}/steps/{index}/outcome: {step, budget}."""
         ...
 
@@ -88,14 +115,7 @@ class Transport(Protocol):
         """POST /runs/{id}/fail: the run."""
         ...
 
-    def tool_invoke(
-        self,
-        name: str,
-        arguments: dict[str, Any],
-        *,
-        idempotency_key: str | None,
-        epoch: int | None,
-    ) -> Any:
+    def tool_invoke(self, call: ToolCall) -> Any:
         """POST /tools/{name}/invoke: the tool's result, at most once per key."""
         ...
 

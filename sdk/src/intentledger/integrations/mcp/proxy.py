@@ -20,6 +20,7 @@ from mcp.shared.exceptions import MCPError
 
 from intentledger._ledger import Ledger
 from intentledger._run import Run
+from intentledger._transport import StepIntent, StepOutcome
 from intentledger.errors import LedgerError, LedgerUnavailable, StopRun
 from intentledger.integrations._core import JournalError, journal_from_async, journalable
 from intentledger.integrations.mcp.config import ToolPolicy
@@ -181,9 +182,17 @@ class Gateway:
                     run.replayed += 1
                     return recorded_answer(recorded)
                 run._raise_unless_resumable(index, step_name, recorded)
-            intent = (index, "tool", step_name, effect, enforced_by, arguments)
+            intent = StepIntent(
+                epoch=run.epoch,
+                index=index,
+                kind="tool",
+                name=step_name,
+                effect=effect,
+                arguments=arguments,
+                enforced_by=enforced_by,
+            )
             try:
-                step = run._intent(*intent, outcome=None)
+                step = run._intent(intent)
             except BaseException:
                 calls.unclaim(index, recorded)  # e.g. arguments refused: the index is free
                 raise
@@ -191,7 +200,7 @@ class Gateway:
             if step["state"] == "awaiting_approval":
                 run.journal[index] = step
                 run._await_approval(index, step_name)
-                step = run._intent(*intent, outcome=None)  # approved: handed to this worker
+                step = run._intent(intent)  # approved: handed to this worker
             if step["state"] in ("done", "error"):  # reconciled by the server meanwhile
                 return recorded_answer(step)
             key = None
@@ -209,7 +218,7 @@ class Gateway:
                     ) from error
                 # the upstream answered with a JSON-RPC error: the step's recorded error
                 failed = {"error": type(error).__name__, "message": str(error)[:2000]}
-                run.journal[index] = run._outcome(index, "error", failed, _NO_USAGE)
+                run.journal[index] = run._outcome(StepOutcome(index, "error", failed, _NO_USAGE))
                 return text_result(f"upstream error: {error}")
             except Exception as lost:
                 raise UpstreamLost(
@@ -218,7 +227,7 @@ class Gateway:
                 ) from lost
             answer = result.model_dump(mode="json", by_alias=True, exclude_none=True)
             status = "error" if result.is_error else "ok"  # isError: the tool's own failure
-            run.journal[index] = run._outcome(index, status, answer, _NO_USAGE)
+            run.journal[index] = run._outcome(StepOutcome(index, status, answer, _NO_USAGE))
             run.executed += 1
             return types.CallToolResult.model_validate(answer)
         finally:
