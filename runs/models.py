@@ -233,18 +233,26 @@ class Run(models.Model):
         return f"{self.agent} {self.id}"
 
 
+def _run_by_month(*, on_delete: Any, related_name: str) -> models.ForeignKey[Run]:
+    """The run of a row partitioned with it by `journal_month`: in SQL (run_id, journal_month)
+    references the run, a composite key Django cannot declare, so there is no single-column
+    constraint here; each such table's unique constraint leads with run_id, so no index either
+    (step_index_unique_per_run, event_seq_unique_per_run, approval_request_once_per_step)."""
+    return models.ForeignKey(
+        Run,
+        on_delete=on_delete,
+        related_name=related_name,
+        db_constraint=False,
+        db_index=False,
+    )
+
+
 class Step(models.Model):
     """Partitioned by `journal_month` (the run's); in the database the primary key is
     (id, run_id, journal_month) and (run_id, journal_month) references the run, so every row of
     a run sits in its run's month. Writers copy `journal_month` from the run."""
 
-    run = models.ForeignKey(
-        Run,
-        on_delete=models.CASCADE,
-        related_name="steps",
-        db_constraint=False,  # the composite key (run_id, journal_month), in SQL
-        db_index=False,  # step_index_unique_per_run leads with run_id
-    )
+    run = _run_by_month(on_delete=models.CASCADE, related_name="steps")
     journal_month = models.DateField(editable=False)
     index = models.PositiveIntegerField()
     kind = models.CharField(max_length=10, choices=StepKind.choices)
@@ -382,13 +390,7 @@ class Event(models.Model):
 
     Partitioned by `journal_month` as steps are (see Step); retention drops whole months."""
 
-    run = models.ForeignKey(
-        Run,
-        on_delete=models.PROTECT,
-        related_name="events",
-        db_constraint=False,  # the composite key (run_id, journal_month), in SQL
-        db_index=False,  # event_seq_unique_per_run leads with run_id
-    )
+    run = _run_by_month(on_delete=models.PROTECT, related_name="events")
     journal_month = models.DateField(editable=False)
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=40)
@@ -492,13 +494,7 @@ class ApprovalRequest(models.Model):
     (run_id, journal_month) the run (runs 0001). Writers copy `run_id` and `journal_month`
     from the step. One request a step: approval_request_once_per_step."""
 
-    run = models.ForeignKey(
-        Run,
-        on_delete=models.CASCADE,
-        related_name="+",
-        db_constraint=False,  # the composite key (run_id, journal_month), in SQL
-        db_index=False,  # approval_request_once_per_step leads with run_id
-    )
+    run = _run_by_month(on_delete=models.CASCADE, related_name="+")
     journal_month = models.DateField(editable=False)
     step = models.ForeignKey(
         Step,

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank, SearchVector
 from django.core.mail import EmailMessage
 from django.db.models import Q
+from django.forms.models import model_to_dict
 from rest_framework import serializers
 
 from runs import clock
@@ -25,13 +26,8 @@ SEARCH_CONFIG = "english"
 MAX_ID = 2**63 - 1  # a bigint primary key
 
 
-def _ticket_json(ticket: Ticket) -> dict[str, Any]:
-    return {
-        "id": ticket.pk,
-        "customer": ticket.customer,
-        "subject": ticket.subject,
-        "status": ticket.status,
-    }
+# what the tools answer of a ticket (not its body)
+TICKET_FIELDS = ("id", "customer", "subject", "status")
 
 
 def _ticket(ticket_id: int, *, lock: bool = False) -> Ticket:
@@ -105,11 +101,8 @@ def tickets_search(arguments: dict[str, Any], context: ToolContext) -> dict[str,
     if arguments.get("query"):
         text = arguments["query"]
         tickets = tickets.filter(Q(subject__icontains=text) | Q(body__icontains=text))
-    return {
-        "tickets": [
-            _ticket_json(t) for t in tickets.order_by("-created_at", "-pk")[: arguments["limit"]]
-        ]
-    }
+    newest = tickets.order_by("-created_at", "-pk").values(*TICKET_FIELDS)
+    return {"tickets": list(newest[: arguments["limit"]])}
 
 
 # --- write ------------------------------------------------------------------------------------
@@ -130,7 +123,7 @@ def tickets_create(arguments: dict[str, Any], context: ToolContext) -> dict[str,
         body=arguments["body"],
         created_by_key=_key(context),
     )
-    return {"ticket": _ticket_json(ticket)}
+    return {"ticket": model_to_dict(ticket, fields=TICKET_FIELDS)}
 
 
 class TicketsCommentArguments(StrictArguments):

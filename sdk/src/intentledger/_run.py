@@ -384,16 +384,7 @@ class Run:
             # one call: the ledger journals the intent, runs the tool under the step's key and
             # records its outcome (a crash anywhere in it is recovered from the key record)
             self._flush()  # a gateway step takes no previous_outcome
-            try:
-                step = self._gateway_step(intent)
-                if step["state"] == "awaiting_approval":  # 202: an approval rule holds it
-                    self.journal[index] = step
-                    self._await_approval(index, name)
-                    # approved: the same call again runs the tool, once, under the step's key
-                    step = self._gateway_step(intent)
-            except ApprovalDenied:
-                self._next += 1  # the denied step keeps its index; the agent may go on
-                raise
+            step = self._once_approved(self._gateway_step, intent)
             if step["state"] not in ("done", "error"):
                 # the ledger did not run it (the run moved on under us): stop, fail nothing
                 raise self._stop(
@@ -412,16 +403,7 @@ class Run:
             outcome = {"status": status, "result": result, "usage": _usage_of(result)}
             step = self._intent(replace(intent, enforced_by=None, outcome=outcome))
         else:
-            try:
-                step = self._intent(intent)
-                if step["state"] == "awaiting_approval":
-                    self.journal[index] = step
-                    self._await_approval(index, name)
-                    # approved: the same intent again hands the step to this worker, once
-                    step = self._intent(intent)
-            except ApprovalDenied:
-                self._next += 1  # the denied step keeps its index; the agent may go on
-                raise
+            step = self._once_approved(self._intent, intent)
             raised = None
             if step["state"] in ("done", "error"):  # reconciled by the server meanwhile
                 status, result = ("ok" if step["state"] == "done" else "error"), step["result"]
@@ -489,6 +471,24 @@ class Run:
             landed = {**self.journal[held.index], "state": "done", "result": held.result}
             self.journal[held.index] = landed
             self._notify(landed, replayed=False)
+        return step
+
+    def _once_approved(
+        self, send: Callable[[StepIntent], dict[str, Any]], intent: StepIntent
+    ) -> dict[str, Any]:
+        """The step as `send` journals it. Where an approval rule holds it (202), wait for people
+        to decide; once approved, the same call again hands the step to this worker (on the
+        gateway: runs the tool), once, under the step's key. A denial moves the run past the
+        step, which keeps its index."""
+        try:
+            step = send(intent)
+            if step["state"] == "awaiting_approval":
+                self.journal[intent.index] = step
+                self._await_approval(intent.index, intent.name)
+                step = send(intent)
+        except ApprovalDenied:
+            self._next += 1  # the agent may go on
+            raise
         return step
 
     def _await_approval(self, index: int, name: str) -> None:

@@ -37,24 +37,16 @@ from langchain_core.messages.base import message_to_dict
 from langgraph.prebuilt import ToolNode
 
 from intentledger._run import Run, current_run
-from intentledger.integrations._core import (
-    CallOrder,
-    digest,
-    journal_from_async,
-    journal_tool,
-    journalable,
-    model_step_from_async,
-    tool_effect,
-)
+from intentledger.integrations import _core
 
 # one per run: a ToolNode journals the calls of the message its model step recorded last
-_orders: weakref.WeakKeyDictionary[Run, CallOrder] = weakref.WeakKeyDictionary()
+_orders: weakref.WeakKeyDictionary[Run, _core.CallOrder] = weakref.WeakKeyDictionary()
 _orders_lock = threading.Lock()
 
 
-def _order(run: Run) -> CallOrder:
+def _order(run: Run) -> _core.CallOrder:
     with _orders_lock:
-        return _orders.setdefault(run, CallOrder())
+        return _orders.setdefault(run, _core.CallOrder())
 
 
 def _content(message: Any) -> Any:
@@ -75,7 +67,7 @@ class JournalledModel:
         return {
             "model": self.name,
             "messages": len(messages),
-            "conversation": digest(
+            "conversation": _core.digest(
                 [_content(m) for m in messages if getattr(m, "type", None) != "system"]
             ),
         }
@@ -103,7 +95,7 @@ class JournalledModel:
 
     async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> BaseMessage:
         run = current_run()
-        return await model_step_from_async(
+        return await _core.model_step_from_async(
             run,
             lambda: self.model.ainvoke(input, config, **kwargs),
             lambda answer: self._journal(run, input, answer),
@@ -130,8 +122,8 @@ def journal_tool_call(request: Any, execute: Callable[[Any], Any]) -> Any:
     call = request.tool_call
     call_id = str(call.get("id") or "")
     tool = request.tool
-    effect, enforced_by = tool_effect(getattr(tool, "metadata", None))
-    arguments = journalable(dict(call.get("args") or {}), what="arguments")
+    effect, enforced_by = _core.tool_effect(getattr(tool, "metadata", None))
+    arguments = _core.journalable(dict(call.get("args") or {}), what="arguments")
     order = _order(run)
     order.wait_for(call_id)
     try:
@@ -145,7 +137,7 @@ def journal_tool_call(request: Any, execute: Callable[[Any], Any]) -> Any:
                 "results are journalled (Command is not supported yet)"
             )
 
-        recorded = journal_tool(
+        recorded = _core.journal_tool(
             run,
             str(call["name"]),
             arguments,
@@ -172,7 +164,7 @@ async def ajournal_tool_call(request: Any, execute: Callable[[Any], Awaitable[An
     The journal calls (and the wait for this call's turn) run in a worker thread; the tool runs
     on the graph's event loop.
     """
-    return await journal_from_async(
+    return await _core.journal_from_async(
         lambda await_on_loop: journal_tool_call(request, lambda req: await_on_loop(execute(req)))
     )
 

@@ -47,14 +47,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from pydantic import TypeAdapter
 
 from intentledger._run import EnforcedBy, Run
-from intentledger.integrations._core import (
-    CallOrder,
-    digest,
-    journal_from_async,
-    journal_tool,
-    journalable,
-    model_step_from_async,
-)
+from intentledger.integrations import _core
 
 _OUTPUT = TypeAdapter(list[TResponseOutputItem])
 
@@ -71,7 +64,7 @@ class LedgerModel(Model):
         self.model = model
         self.run = run
         self.name = name or getattr(model, "model", None) or type(model).__name__
-        self._order = CallOrder()
+        self._order = _core.CallOrder()
         self._tools: set[str] = set()  # the journalled tools' names (not handoffs, not hosted)
 
     async def get_response(
@@ -92,7 +85,7 @@ class LedgerModel(Model):
         arguments = {
             "model": str(self.name),
             "items": len(items),
-            "conversation": digest(items),  # not the instructions: see `digest`
+            "conversation": _core.digest(items),  # not the instructions: see `_core.digest`
         }
 
         def ask() -> Awaitable[ModelResponse]:
@@ -123,7 +116,7 @@ class LedgerModel(Model):
 
             return self.run.model(call, name=f"model:{self.name}", **arguments)
 
-        recorded = await model_step_from_async(self.run, ask, journal)
+        recorded = await _core.model_step_from_async(self.run, ask, journal)
         usage = recorded["usage"]
         response = ModelResponse(
             output=_OUTPUT.validate_python(recorded["output"]),
@@ -166,14 +159,14 @@ def journal_function_tool(
     async def on_invoke_tool(ctx: Any, input_json: str) -> Any:
         call_id = str(getattr(ctx, "tool_call_id", ""))
         parsed = json.loads(input_json or "{}")
-        arguments = journalable(
+        arguments = _core.journalable(
             parsed if isinstance(parsed, dict) else {"input": parsed}, what="arguments"
         )
 
         def journal(await_on_loop: Callable[[Awaitable[Any]], Any]) -> Any:
             model._order.wait_for(call_id)  # in the worker thread: the loop runs the others
             try:
-                return journal_tool(
+                return _core.journal_tool(
                     model.run,
                     tool.name,
                     arguments,
@@ -185,7 +178,7 @@ def journal_function_tool(
             finally:
                 model._order.done(call_id)
 
-        return await journal_from_async(journal)
+        return await _core.journal_from_async(journal)
 
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 

@@ -9,7 +9,7 @@
 Built on PydanticAI's documented capability hooks: `wrap_model_request` journals each model
 response as a read step (kind `model`; a replay returns the recorded response without calling
 the model or spending tokens), `wrap_tool_execute` journals each function tool call as a step
-(a write unless its metadata says `{"effect": "read"}`; see `tool_effect`), and `prepare_tools`
+(a write unless its metadata says `{"effect": "read"}`; see `_core.tool_effect`), and `prepare_tools`
 makes every tool a barrier so steps keep their order. PydanticAI's own `UsageLimits` still apply
 per process; the ledger's budgets add the total across processes.
 
@@ -30,14 +30,7 @@ from pydantic_core import to_jsonable_python
 
 from intentledger._run import Run
 from intentledger.errors import StepFailed
-from intentledger.integrations._core import (
-    digest,
-    journal_from_async,
-    journal_tool,
-    journalable,
-    model_step_from_async,
-    tool_effect,
-)
+from intentledger.integrations import _core
 
 
 def _fallback(value: Any) -> Any:
@@ -46,7 +39,7 @@ def _fallback(value: Any) -> Any:
 
 def _conversation(messages: list[ModelMessage]) -> list[Any]:
     """What the model was shown, without what may change between runs: timestamps, ids, the
-    system prompt (see `digest`)."""
+    system prompt (see `_core.digest`)."""
     view: list[Any] = []
     for message in messages:
         for part in message.parts:
@@ -85,7 +78,7 @@ class LedgerDurability(AbstractCapability[Any]):
         arguments = {
             "model": str(getattr(model, "model_name", type(model).__name__)),
             "messages": len(request_context.messages),
-            "conversation": digest(_conversation(request_context.messages)),
+            "conversation": _core.digest(_conversation(request_context.messages)),
         }
 
         def journal(ask: Callable[[], ModelResponse]) -> Any:
@@ -101,7 +94,9 @@ class LedgerDurability(AbstractCapability[Any]):
 
             return self.run.model(call, name=f"model:{arguments['model']}", **arguments)
 
-        recorded = await model_step_from_async(self.run, lambda: handler(request_context), journal)
+        recorded = await _core.model_step_from_async(
+            self.run, lambda: handler(request_context), journal
+        )
         response = ModelMessagesTypeAdapter.validate_python([recorded["response"]])[0]
         assert isinstance(response, ModelResponse)
         return response
@@ -115,11 +110,11 @@ class LedgerDurability(AbstractCapability[Any]):
         args: Any,
         handler: Callable[[Any], Awaitable[Any]],
     ) -> Any:
-        effect, enforced_by = tool_effect(tool_def.metadata)
-        arguments = journalable(dict(args), what="arguments", fallback=_fallback)
+        effect, enforced_by = _core.tool_effect(tool_def.metadata)
+        arguments = _core.journalable(dict(args), what="arguments", fallback=_fallback)
 
         def journal(await_on_loop: Callable[[Awaitable[Any]], Any]) -> Any:
-            return journal_tool(
+            return _core.journal_tool(
                 self.run,
                 tool_def.name,
                 arguments,
@@ -130,7 +125,7 @@ class LedgerDurability(AbstractCapability[Any]):
             )
 
         try:
-            return await journal_from_async(journal)
+            return await _core.journal_from_async(journal)
         except StepFailed as failed:
             # a recorded ModelRetry replays as one: the model is asked again, as the first time
             recorded = failed.result if isinstance(failed.result, dict) else {}
