@@ -354,15 +354,7 @@ class Run:
         if self._stopped is not None:
             raise self._stopped
         index = self._next
-        intent = StepIntent(
-            epoch=self.epoch,
-            index=index,
-            kind=kind,
-            name=name,
-            effect=effect,
-            arguments=args,
-            enforced_by=enforced_by,
-        )
+        intent = StepIntent(self.epoch, index, kind, name, effect, args, enforced_by)
         recorded = self.journal.get(index)
         if recorded is not None:
             if not _matches(recorded, intent):
