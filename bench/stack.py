@@ -181,11 +181,12 @@ def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: fl
 
 
 def gunicorn_args(port: int, workers: int, threads: int) -> list[str]:
-    access_log = "-" if os.environ.get("BENCH_ACCESS_LOG") else "/dev/null"
+    # no access log, as the image runs gunicorn (scripts/container-entrypoint): one written to
+    # /dev/null still formats every request's line in the worker
+    access_log = ["--access-logfile", "-"] if os.environ.get("BENCH_ACCESS_LOG") else []
     return [
         *processes.gunicorn_args(port, workers=workers, threads=threads),
-        "--access-logfile",
-        access_log,
+        *access_log,
         "--log-level",
         "warning",
     ]

@@ -118,6 +118,34 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
+class _Refused(Exception):
+    """`_checked_storage_form` met what one of the parser's checks refuses."""
+
+
+def _bad_text(text: str) -> bool:
+    return "\x00" in text or _LONE_SURROGATE.search(text) is not None
+
+
+def _checked_storage_form(value: Any, depth: int = 1) -> Any:
+    """storage_form(value) in the same walk as the checks of `_depth` and `_has_nul` (one walk
+    instead of three, per request body); raises _Refused where either check would refuse."""
+    if depth > MAX_JSON_DEPTH:
+        raise _Refused
+    if isinstance(value, str):
+        if _bad_text(value):
+            raise _Refused
+        return value
+    if isinstance(value, dict):
+        if any(_bad_text(key) for key in value):
+            raise _Refused
+        return {key: _checked_storage_form(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_checked_storage_form(item, depth + 1) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _Refused
+    return storage_form(value)
+
+
 class StrictJSONParser(BaseParser):
     """JSON that PostgreSQL can store and the hash chain can canonicalise.
 
@@ -146,6 +174,10 @@ class StrictJSONParser(BaseParser):
             raise exceptions.ParseError("JSON nested too deeply.") from exc
         except ValueError as exc:
             raise exceptions.ParseError(f"Malformed JSON: {exc}") from exc
+        try:
+            return _checked_storage_form(data)
+        except _Refused:
+            pass  # a check below refuses it, with its own message
         if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
             raise exceptions.ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
         if _has_nul(data):

@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 
 from runs import clock
 from runs.api_errors import ApplicationError, invalid
@@ -352,13 +352,31 @@ def _call(statement: str, params: list[Any]) -> dict[str, Any]:
     return row
 
 
+# a statement's column names, read once: cursor.description builds a Column per column per call
+_COLUMN_NAMES: dict[str, list[str]] = {}
+
+
 def _rows(statement: str, params: list[Any]) -> list[dict[str, Any]]:
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         rows = cursor.fetchall()
-        assert rows and cursor.description is not None
-        names = [c.name for c in cursor.description]
+        assert rows
+        names = _COLUMN_NAMES.get(statement)
+        if names is None:
+            assert cursor.description is not None
+            names = _COLUMN_NAMES[statement] = [c.name for c in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def _instance[M: models.Model](model: type[M], values: dict[str, Any]) -> M:
+    """`model(**values)` (by attname), built by position: Model.__init__'s fast path (the one a
+    queryset's rows take), each field not in `values` at its default as the keyword form gives."""
+    return model(
+        *[
+            values[field.attname] if field.attname in values else field.get_default()
+            for field in model._meta.concrete_fields
+        ]
+    )
 
 
 def _answer(
@@ -369,33 +387,38 @@ def _answer(
     if code is not None and row["created"] is None:
         raise refusal(code, details, run_id=run_id)
     fresh = bool(row["created"])  # else the step as recorded before this call
-    step = Step(
-        pk=row["step_id"],
-        run_id=run_id,
-        index=index,
-        kind=row["kind"],
-        name=row["name"],
-        effect=row["effect"],
-        enforced_by=row["enforced_by"],
-        arguments=known["arguments"] if row["arguments"] is None else _json(row["arguments"]),
-        arguments_hash=row["arguments_hash"],
-        idempotency_key=row["idempotency_key"],
-        state=row["state"],
-        result=known["result"] if fresh and "result" in known else _json(row["result"]),
-        usage_input_tokens=row["usage_input_tokens"],
-        usage_output_tokens=row["usage_output_tokens"],
-        usage_cost_usd=row["usage_cost_usd"],
-        epoch=row["epoch"],
-        intent_at=row["intent_at"],
-        outcome_at=row["outcome_at"],
-        resolution_action=row["resolution_action"],
-        resolution_by=row["resolution_by"],
-        resolution_note=row["resolution_note"],
-        resolution_at=row["resolution_at"],
+    step = _instance(
+        Step,
+        {
+            "id": row["step_id"],
+            "run_id": run_id,
+            "index": index,
+            "kind": row["kind"],
+            "name": row["name"],
+            "effect": row["effect"],
+            "enforced_by": row["enforced_by"],
+            "arguments": known["arguments"]
+            if row["arguments"] is None
+            else _json(row["arguments"]),
+            "arguments_hash": row["arguments_hash"],
+            "idempotency_key": row["idempotency_key"],
+            "state": row["state"],
+            "result": known["result"] if fresh and "result" in known else _json(row["result"]),
+            "usage_input_tokens": row["usage_input_tokens"],
+            "usage_output_tokens": row["usage_output_tokens"],
+            "usage_cost_usd": row["usage_cost_usd"],
+            "epoch": row["epoch"],
+            "intent_at": row["intent_at"],
+            "outcome_at": row["outcome_at"],
+            "resolution_action": row["resolution_action"],
+            "resolution_by": row["resolution_by"],
+            "resolution_note": row["resolution_note"],
+            "resolution_at": row["resolution_at"],
+        },
     )
     step._state.adding = False  # a row that exists: save() updates it
     step._state.db = "default"
-    run = Run(pk=run_id, **{name: row[name] for name in _RUN_BUDGET_FIELDS})
+    run = _instance(Run, {"id": run_id, **{name: row[name] for name in _RUN_BUDGET_FIELDS}})
     answer = StepAnswer(step=step, run=run, created=fresh)
     if code == "budget_exceeded":
         raise BudgetStopped(details, answer)
