@@ -86,63 +86,32 @@ def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _depth(value: Any, limit: int) -> int:
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    deepest = 0
-    while stack:
-        item, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            return deepest
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-    return deepest
-
-
-def _has_nul(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item or _LONE_SURROGATE.search(item):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            return True
-    return False
-
-
-class _Refused(Exception):
-    """`_checked_storage_form` met what one of the parser's checks refuses."""
+_UNSTORABLE_TEXT = (
+    "JSON strings may not contain NUL characters or unpaired surrogates (\\ud800-\\udfff)."
+)
 
 
 def _bad_text(text: str) -> bool:
     return "\x00" in text or _LONE_SURROGATE.search(text) is not None
 
 
-def _checked_storage_form(value: Any, depth: int = 1) -> Any:
-    """storage_form(value) in the same walk as the checks of `_depth` and `_has_nul` (one walk
-    instead of three, per request body); raises _Refused where either check would refuse."""
+def _stored(value: Any, depth: int = 1) -> Any:
+    """The parsed body in its storage form (runs.canonical.storage_form), in the one walk that
+    refuses what jsonb or the hash chain cannot take."""
     if depth > MAX_JSON_DEPTH:
-        raise _Refused
+        raise exceptions.ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
     if isinstance(value, str):
         if _bad_text(value):
-            raise _Refused
+            raise exceptions.ParseError(_UNSTORABLE_TEXT)
         return value
     if isinstance(value, dict):
         if any(_bad_text(key) for key in value):
-            raise _Refused
-        return {key: _checked_storage_form(item, depth + 1) for key, item in value.items()}
+            raise exceptions.ParseError(_UNSTORABLE_TEXT)
+        return {key: _stored(item, depth + 1) for key, item in value.items()}
     if isinstance(value, list):
-        return [_checked_storage_form(item, depth + 1) for item in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        raise _Refused
+        return [_stored(item, depth + 1) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):  # 1e999: json.loads says inf
+        raise exceptions.ParseError("JSON numbers must be finite (this one overflows).")
     return storage_form(value)
 
 
@@ -174,17 +143,7 @@ class StrictJSONParser(BaseParser):
             raise exceptions.ParseError("JSON nested too deeply.") from exc
         except ValueError as exc:
             raise exceptions.ParseError(f"Malformed JSON: {exc}") from exc
-        try:
-            return _checked_storage_form(data)
-        except _Refused:
-            pass  # a check below refuses it, with its own message
-        if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-            raise exceptions.ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
-        if _has_nul(data):
-            raise exceptions.ParseError(
-                "JSON strings may not contain NUL characters or unpaired surrogates (\\ud800-\\udfff)."
-            )
-        return storage_form(data)
+        return _stored(data)
 
 
 _DRF_CODES = {
