@@ -133,7 +133,7 @@ def test_concurrent_calls_are_each_journalled_and_a_hanging_one_blocks_none(desk
     assert [index for index, *_ in steps] == [0, 1, 2, 3, 4]
     # the held read gave up its turn when the others came: its intent first, its outcome later
     held_step = run.step("files/held")
-    assert held_step.intent_at < held_step.outcome_at
+    assert held_step.outcome_at is not None and held_step.intent_at < held_step.outcome_at
 
 
 async def crash_during_concurrent_calls(run: AgentRun) -> None:
