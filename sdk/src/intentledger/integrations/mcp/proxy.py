@@ -191,6 +191,8 @@ class Gateway:
             behind.cancel()
         if running.done():
             return running.result(), None  # raises UpstreamLost: nothing is journalled
+        # its failure is the step's to report; if the intent is refused nobody awaits it
+        running.add_done_callback(lambda done: done.cancelled() or done.exception())
         return None, running
 
     async def _upstream(self, name: str, arguments: dict[str, Any], key: str | None) -> Answer:
