@@ -8,8 +8,9 @@ interpreter); with UPSTREAM_HTTP_PORT it serves streamable HTTP instead.
 `held` (read-only) and `held_append` (a write) wait until WORK_DIR/release exists: a call that
 hangs while the test does something else (calls are served concurrently); `refuse` answers
 with `isError: true` (the tool's own failure, not a protocol error).
-UPSTREAM_KILL_PROXY_INSIDE=<tool> SIGKILLs the proxy right after the effect (before the proxy
-can journal the outcome); UPSTREAM_DIE_INSIDE=<tool> makes this server exit there instead.
+UPSTREAM_KILL_PROXY_INSIDE=<tool> (`lookup`, `append`, `append_keyed`) SIGKILLs the proxy inside
+the call, after its effect (before the proxy can journal the outcome); UPSTREAM_DIE_INSIDE=<tool>
+makes this server exit there instead.
 """
 
 import os
@@ -32,18 +33,19 @@ def count(name: str) -> None:
         calls.write(f"{name}\n")
 
 
-@server.tool(annotations=ToolAnnotations(read_only_hint=True))
-def lookup(ticket: str) -> str:
-    """Look a ticket up."""
-    count("lookup")
-    return f"{ticket}: open"
-
-
 def crash_points(name: str) -> None:
     if os.environ.get("UPSTREAM_KILL_PROXY_INSIDE") == name:
         os.kill(PROXY_PID, signal.SIGKILL)
     if os.environ.get("UPSTREAM_DIE_INSIDE") == name:
         os._exit(1)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def lookup(ticket: str) -> str:
+    """Look a ticket up."""
+    count("lookup")
+    crash_points("lookup")
+    return f"{ticket}: open"
 
 
 @server.tool()

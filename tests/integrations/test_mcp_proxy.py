@@ -203,6 +203,44 @@ def test_an_upstream_that_dies_mid_call_leaves_the_step_intent(desk: Desk) -> No
     assert run.row.status == "running"
 
 
+def test_a_read_is_journalled_once_it_answered_in_one_call_a_write_around_its_call(
+    desk: Desk,
+) -> None:
+    run = desk.new_run("mcp-desk")
+    asyncio.run(session_calls(run, CALLS))
+    lookup, append = run.step("files/lookup"), run.step("files/append")
+    # the read's intent and outcome were one call (one transaction: one timestamp), as the SDK
+    # journals a read; the write's intent was committed before the upstream ran, its outcome after
+    assert lookup.state == "done" and lookup.intent_at == lookup.outcome_at
+    assert append.state == "done" and append.outcome_at is not None
+    assert append.intent_at < append.outcome_at
+
+
+def test_proxy_killed_inside_a_read_journals_nothing_and_the_resent_read_runs_again(
+    desk: Desk,
+) -> None:
+    run = desk.new_run("mcp-desk")
+    killed = asyncio.run(session_calls(run, CALLS, UPSTREAM_KILL_PROXY_INSIDE="lookup"))
+    assert isinstance(killed[0], Exception)  # the client never had the read's answer
+    assert upstream_calls(run) == ["lookup"]
+    assert run.row.step_count == 0  # a read is journalled after it answered: nothing to replay
+
+    results = asyncio.run(session_calls(run, CALLS))
+    assert [r.content[0].text for r in results] == ["T-1: open", "appended refund T-1"]
+    assert upstream_calls(run) == ["lookup", "lookup", "append"]  # the lost read ran again
+    row = run.row
+    assert row.status == "completed" and row.step_count == 2
+    assert run.step("files/lookup").executions == 1
+
+
+def test_an_upstream_that_dies_inside_a_read_journals_nothing(desk: Desk) -> None:
+    run = desk.new_run("mcp-desk")
+    results = asyncio.run(session_calls(run, CALLS, UPSTREAM_DIE_INSIDE="lookup"))
+    assert results[0].is_error and "upstream_lost" in results[0].content[0].text
+    assert results[1].is_error and "upstream_lost" in results[1].content[0].text
+    assert run.row.step_count == 0 and run.effects == []
+
+
 def test_malformed_messages_get_an_error_response_and_the_proxy_keeps_serving(
     desk: Desk,
 ) -> None:

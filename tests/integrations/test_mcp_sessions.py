@@ -131,6 +131,9 @@ def test_concurrent_calls_are_each_journalled_and_a_hanging_one_blocks_none(desk
         ("files/append", "done"),
     }
     assert [index for index, *_ in steps] == [0, 1, 2, 3, 4]
+    # the held read gave up its turn when the others came: its intent first, its outcome later
+    held_step = run.step("files/held")
+    assert held_step.outcome_at is not None and held_step.intent_at < held_step.outcome_at
 
 
 async def crash_during_concurrent_calls(run: AgentRun) -> None:
@@ -253,4 +256,19 @@ def test_a_call_the_ledger_refuses_leaves_its_index_to_the_next_call(desk: Desk)
     assert answer["content"][0]["text"] == "T-2: open"
     assert proxy.close() == 0
     assert list(run.row.steps.values_list("index", "arguments")) == [(0, {"ticket": "T-2"})]
-    assert upstream_calls(run) == ["lookup"]  # the refused call never reached the upstream
+    # a read runs before its one journal call: the refused one ran, its answer was withheld
+    assert upstream_calls(run) == ["lookup", "lookup"]
+
+
+def test_a_write_the_ledger_refuses_never_reaches_the_upstream(desk: Desk) -> None:
+    run = desk.new_run("mcp-desk")
+    params = proxy_params(run)
+    proxy = McpLines([params.command, *params.args], params.env or {})
+    refused = proxy.call("append", {"line": "x" * 1_100_000})["result"]  # over the body limit
+    assert refused["isError"]
+    answer = proxy.call("append", {"line": "refund T-2"})["result"]
+    assert not answer.get("isError"), answer
+    assert proxy.close() == 0
+    assert list(run.row.steps.values_list("index", "arguments")) == [(0, {"line": "refund T-2"})]
+    assert upstream_calls(run) == ["append"]  # the refused write's intent came first: never run
+    assert run.effects == ["refund T-2"]

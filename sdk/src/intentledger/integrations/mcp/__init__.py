@@ -15,7 +15,13 @@ review). A `--run` whose run is finished (an app's config starts every session w
 concurrently: each takes the next step index in the order it arrived (its intent journalled in
 turn), runs on the upstream beside the others, and after a crash a re-sent call is matched to
 its recorded step by name and arguments, in whatever order it comes. Each `tools/call` is a step
-named `<upstream server>/<tool>`:
+named `<upstream server>/<tool>`, answered to the client once its outcome is journalled:
+
+- a read is journalled after the upstream answered, intent and outcome in one call (as the SDK
+  journals a read: a crash before it costs a re-execution of the read, nothing else), unless a
+  later call arrives while the upstream works on it: then its intent is journalled at once, so
+  the later call need not wait, and its outcome when the upstream answers; a write's intent is
+  journalled before the upstream is called, its outcome after;
 
 - a tool is a write unless an admin marked it read in the dashboard ("MCP tools": the proxy
   reports the upstream's tools to the ledger at each `tools/list` and gets the marks back), or,

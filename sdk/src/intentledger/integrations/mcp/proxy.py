@@ -9,6 +9,7 @@ import os
 import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
+from dataclasses import replace
 from typing import Any
 
 import mcp_types as types
@@ -27,6 +28,7 @@ from intentledger.integrations.mcp.config import ToolPolicy
 from intentledger.integrations.mcp.sessions import (
     RunCalls,
     Runs,
+    Turns,
     UpstreamLost,
     recorded_answer,
     run_named,
@@ -103,6 +105,7 @@ class Gateway:
         ticket = turns.take()  # on arrival, before any await: the order the client sent
         loop = asyncio.get_running_loop()
         handed_over = False
+        finished: Callable[[], None] | None = None
 
         def release() -> None:  # from the call's thread, once its intent is journalled
             with suppress(RuntimeError):  # the loop is gone: nobody waits any more
@@ -128,8 +131,16 @@ class Gateway:
             calls = self.runs.journals[(agent, external_id)]
             index, recorded = calls.claim(step_name, effect, arguments)
             finished = self.runs.started(agent, external_id)
-            handed_over = True
             try:
+                ran: Answer | None = None
+                running: asyncio.Future[Answer] | None = None
+                if recorded is None and effect == "read":
+                    try:
+                        ran, running = await self._read_first(run, name, arguments, turns, ticket)
+                    except BaseException:
+                        calls.unclaim(index, None)  # nothing journalled: the index is free
+                        raise
+                handed_over = True
                 return await journal_from_async(
                     lambda await_on_loop: self._step(
                         run,
@@ -140,6 +151,8 @@ class Gateway:
                         arguments,
                         effect,
                         enforced_by,
+                        ran=ran,
+                        running=running,
                         await_on_loop=await_on_loop,
                         release=release,
                         finished=finished,
@@ -156,6 +169,57 @@ class Gateway:
         finally:
             if not handed_over:
                 turns.release(ticket)
+                if finished is not None:
+                    finished()
+
+    async def _read_first(
+        self, run: Run, name: str, arguments: dict[str, Any], turns: Turns, ticket: int
+    ) -> tuple[Answer | None, asyncio.Future[Answer] | None]:
+        """A new read, in its turn: the upstream's answer, when it came before any later call
+        did (the step is then journalled after it ran, intent and outcome in one call, as the
+        SDK journals a read); or the upstream call still running, when a later call came to
+        wait for this one's turn (the intent is then journalled first, so the turn passes on
+        at once, and the outcome when the upstream answers)."""
+        if run._stopped is not None:
+            raise run._stopped
+        running = asyncio.ensure_future(self._upstream(name, arguments, None))
+        behind = turns.behind(ticket)
+        try:
+            await asyncio.wait((running, behind), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            running.cancel()
+            raise
+        finally:
+            behind.cancel()
+        if running.done():
+            return running.result(), None  # raises UpstreamLost: nothing is journalled
+        # its failure is the step's to report; if the intent is refused nobody awaits it
+        running.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return None, running
+
+    async def _upstream(self, name: str, arguments: dict[str, Any], key: str | None) -> Answer:
+        """The upstream's answer to one call: (status, what the journal records, what the
+        client gets). UpstreamLost when the upstream went away (whether it acted is unknown)."""
+        meta: Any = {KEY_META: key} if key else None
+        try:
+            result = await self.upstream.call_tool(name, arguments, meta=meta)
+        except MCPError as error:
+            if error.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                raise UpstreamLost(
+                    f"the upstream MCP server went away during {name}: {error}",
+                    code="upstream_lost",
+                ) from error
+            # the upstream answered with a JSON-RPC error: the step's recorded error
+            failed = {"error": type(error).__name__, "message": str(error)[:2000]}
+            return "error", failed, text_result(f"upstream error: {error}")
+        except Exception as lost:
+            raise UpstreamLost(
+                f"the upstream MCP server went away during {name}: {lost!r}",
+                code="upstream_lost",
+            ) from lost
+        answer = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        status = "error" if result.is_error else "ok"  # isError: the tool's own failure
+        return status, answer, types.CallToolResult.model_validate(answer)
 
     def _step(
         self,
@@ -168,12 +232,17 @@ class Gateway:
         effect: str,
         enforced_by: Any,
         *,
+        ran: Answer | None,
+        running: asyncio.Future[Answer] | None,
         await_on_loop: Callable[[Awaitable[Any]], Any],
         release: Callable[[], None],
         finished: Callable[[], None],
     ) -> types.CallToolResult:
-        """One call as step `index` (in a worker thread): its intent journalled in the call's
-        turn, the upstream called after the turn, the outcome journalled after it answered."""
+        """One call as step `index` (in a worker thread), journalled in the call's turn: a read
+        the upstream has answered (`ran`) in one call; any other call by its intent, then the
+        upstream called after the turn (or, `running`, a read that was called before it), then
+        its outcome once the upstream answered. The client is answered once the step's outcome
+        is journalled."""
         step_name = f"{self.server_name}/{name}"
         try:
             if recorded is not None:
@@ -182,15 +251,17 @@ class Gateway:
                     run.replayed += 1
                     return recorded_answer(recorded)
                 run._raise_unless_resumable(index, step_name, recorded)
-            intent = StepIntent(
-                epoch=run.epoch,
-                index=index,
-                kind="tool",
-                name=step_name,
-                effect=effect,
-                arguments=arguments,
-                enforced_by=enforced_by,
-            )
+            intent = StepIntent(run.epoch, index, "tool", step_name, effect, arguments, enforced_by)
+            if ran is not None:  # a read that ran: intent and outcome in one call
+                status, record, answer = ran
+                outcome = {"status": status, "result": record, "usage": _NO_USAGE}
+                try:
+                    run.journal[index] = run._intent(replace(intent, outcome=outcome))
+                except BaseException:
+                    calls.unclaim(index, recorded)  # e.g. arguments refused: the index is free
+                    raise
+                run.executed += 1
+                return answer
             try:
                 step = run._intent(intent)
             except BaseException:
@@ -207,34 +278,17 @@ class Gateway:
             if effect == "write":
                 run._check_lease_for_write()
                 key = step["idempotency_key"]
-            meta: Any = {KEY_META: key} if key else None
-            try:
-                result = await_on_loop(self.upstream.call_tool(name, arguments, meta=meta))
-            except MCPError as error:
-                if error.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
-                    raise UpstreamLost(
-                        f"the upstream MCP server went away during {name}: {error}",
-                        code="upstream_lost",
-                    ) from error
-                # the upstream answered with a JSON-RPC error: the step's recorded error
-                failed = {"error": type(error).__name__, "message": str(error)[:2000]}
-                run.journal[index] = run._outcome(StepOutcome(index, "error", failed, _NO_USAGE))
-                return text_result(f"upstream error: {error}")
-            except Exception as lost:
-                raise UpstreamLost(
-                    f"the upstream MCP server went away during {name}: {lost!r}",
-                    code="upstream_lost",
-                ) from lost
-            answer = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-            status = "error" if result.is_error else "ok"  # isError: the tool's own failure
-            run.journal[index] = run._outcome(StepOutcome(index, status, answer, _NO_USAGE))
+            called = running if running is not None else self._upstream(name, arguments, key)
+            status, record, answer = await_on_loop(called)
+            run.journal[index] = run._outcome(StepOutcome(index, status, record, _NO_USAGE))
             run.executed += 1
-            return types.CallToolResult.model_validate(answer)
+            return answer
         finally:
             release()
             finished()
 
 
+Answer = tuple[str, Any, types.CallToolResult]  # (status, journalled result, the client's answer)
 _NO_USAGE = {"input_tokens": 0, "output_tokens": 0}
 
 

@@ -54,6 +54,7 @@ class Turns:
         self.serving = 0
         self.finished: set[int] = set()
         self.events: dict[int, asyncio.Event] = {}
+        self.watchers: list[tuple[int, asyncio.Future[None]]] = []
 
     def take(self) -> int:
         ticket = self.issued
@@ -61,7 +62,24 @@ class Turns:
         self.events[ticket] = asyncio.Event()
         if ticket == self.serving:
             self.events[ticket].set()
+        watching, self.watchers = self.watchers, []
+        for before, arrived in watching:
+            if arrived.done():
+                continue
+            if ticket > before:
+                arrived.set_result(None)
+            else:
+                self.watchers.append((before, arrived))
         return ticket
+
+    def behind(self, ticket: int) -> asyncio.Future[None]:
+        """Done once a call that arrived after `ticket` has taken its ticket (it waits)."""
+        arrived: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.issued > ticket + 1:
+            arrived.set_result(None)
+        else:
+            self.watchers.append((ticket, arrived))
+        return arrived
 
     async def wait(self, ticket: int) -> None:
         await self.events[ticket].wait()

@@ -1,0 +1,81 @@
+"""MCP over stdio (`serve_on_stdio`, under `mcp proxy` and `mcp serve`): pipes are read and
+written on the event loop, anything else through the MCP SDK's threads; either way stray output
+of the process while serving goes to stderr, not onto the wire."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.integrations.conftest import McpLines
+
+pytestmark = pytest.mark.slow
+
+# a server whose tool prints to stdout (as a careless library might) and which, once the client
+# has gone, writes to stdout again: that line must reach the client's pipe (fd 1 restored)
+SERVER = """
+import asyncio, os, sys
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from intentledger.integrations.mcp import stdio
+
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=[types.Tool(name="echo", input_schema={"type": "object"})])
+
+async def call_tool(ctx, params):
+    print("stray print", flush=True)
+    os.write(1, b"stray write\\n")
+    text = str((params.arguments or {}).get("text", ""))
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+asyncio.run(stdio.serve_on_stdio(Server("echo", on_list_tools=list_tools, on_call_tool=call_tool)))
+os.write(1, b"after serving\\n")
+"""
+
+
+def test_over_pipes_stray_output_goes_to_stderr_and_stdout_is_restored_after() -> None:
+    server = McpLines([sys.executable, "-c", SERVER], {})
+    long = "x" * 300_000  # one line, longer than any stream reader's default limit
+    for text in ("one", long, "three"):
+        answer = server.call("echo", {"text": text})  # a stray line on the wire would fail here
+        assert answer["result"]["content"][0]["text"] == text
+    assert server.exchange("{not json")["error"]["code"] == -32700
+    assert server.proc.stdin is not None and server.proc.stdout is not None
+    server.proc.stdin.close()
+    assert server.proc.stdout.read() == "after serving\n"
+    assert server.proc.wait(timeout=30) == 0
+
+
+def test_a_file_on_stdin_is_served_through_the_sdks_threads(tmp_path: Path) -> None:
+    hello = {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    }
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo"}},
+    ]
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with requests.open() as stdin:
+        done = subprocess.run(
+            [sys.executable, "-c", SERVER],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    *answers, after = done.stdout.splitlines()
+    assert after == "after serving"
+    called = [json.loads(line) for line in answers if '"id":2' in line.replace(" ", "")]
+    assert called[0]["result"]["content"][0]["text"] == ""
+    assert "stray print" in done.stderr and "stray write" in done.stderr
