@@ -32,6 +32,7 @@ PARTS = [
     "console",
     "nodes",
     "servers",
+    "integrations",
 ]
 BENCH_VENV_PACKAGES = [
     "dbos",
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             results.current_part = part
             try:
-                _run_part(ctx, part, args.workers, args.threads)
+                _run_part(ctx, part, args.workers, args.threads, out.parent)
                 results.parts_run.append(part)
             except PartSkipped as skip:
                 results.parts_skipped[part] = str(skip)
@@ -183,7 +184,7 @@ def _baseline_commit(ctx: Ctx) -> None:
     ctx.results.extra["postgres_settings"] = data.get("settings", {})
 
 
-def _run_part(ctx: Ctx, part: str, workers: int, threads: int) -> None:
+def _run_part(ctx: Ctx, part: str, workers: int, threads: int, out_dir: Path) -> None:
     if part == "step":
         from bench import part_step
 
@@ -228,6 +229,12 @@ def _run_part(ctx: Ctx, part: str, workers: int, threads: int) -> None:
         from bench import part_servers
 
         part_servers.run(ctx, workers, threads)
+    elif part == "integrations":
+        if ctx.tier == "smoke":
+            raise PartSkipped("the smoke tier leaves the frameworks out (minutes of set-up)")
+        from bench import part_integrations
+
+        part_integrations.run(ctx, out_dir)
     elif part == "waiters":
         from bench import part_waiters
 

@@ -22,6 +22,7 @@ TITLES = {
     "profile": "Profiles of missed targets",
     "console": "7. Operator's console (overview, timeline)",
     "nodes": "8. Past one machine: web nodes through PgBouncer, replica lag",
+    "integrations": "9. Framework integrations and the MCP proxy",
 }
 
 METHOD = """\
