@@ -2,6 +2,7 @@
 adds per `tools/call` over a direct stdio call, each beside a bare SDK step of the same run.
 
     BENCH_TREE=worktree python -m bench.integrations [--runs 7] [--tools 10]
+        [--enforced-by tool nobody]
 
 Starts gunicorn on its own database (`bench_integrations`, migrated here), the way
 `python -m bench` does, and needs the framework extras installed. Each framework runs the same
@@ -9,8 +10,10 @@ scripted agent (an offline model that asks for `--tools` write-tool calls, one p
 answers: 2 x tools + 1 steps) bare and journalled, alternately; the figure is the p50 over the
 runs of (journalled - bare) / steps, timed inside the run's `with` block (the run's create,
 lease and complete are reported apart). After each pair, the same steps made with the bare SDK
-(`run.model(...)` read steps and `run.tool(...)` write steps, through the same HttpTransport to
-the same server) give the bare SDK step the overhead is divided by. The MCP part calls a read
+(`run.model(...)` read steps and `run.tool(...)` write steps with the `enforced_by` the
+framework's tool is marked with, through the same HttpTransport to the same server) give the
+bare SDK step the overhead is divided by; each `--enforced-by` mark is a row of its own, and the
+journal calls of both are counted to show they are the same calls. The MCP part calls a read
 and a write tool of the test suite's upstream server directly and through `intentledger mcp
 proxy`; the figure is the difference of the per-call p50s, divided by a bare SDK read or write
 step measured right after. Writes bench/INTEGRATIONS.md and bench/INTEGRATIONS.json (`--out`).
@@ -41,7 +44,7 @@ from bench.common import BENCH, ROOT, git_revision, machine_description
 Case = tuple[Callable[[], Any], Callable[[Any], Any]]  # (bare run, journalled run given a Run)
 
 
-def pydantic_ai_case(tools: int) -> Case:
+def pydantic_ai_case(tools: int, enforced_by: str) -> Case:
     from intentledger.integrations.pydantic_ai import LedgerDurability
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
@@ -55,7 +58,7 @@ def pydantic_ai_case(tools: int) -> Case:
 
     agent = Agent(FunctionModel(scripted))
 
-    @agent.tool_plain
+    @agent.tool_plain(metadata={"enforced_by": enforced_by})
     def noop(i: int) -> str:
         return f"ok {i}"
 
@@ -65,7 +68,7 @@ def pydantic_ai_case(tools: int) -> Case:
     )
 
 
-def openai_agents_case(tools: int) -> Case:
+def openai_agents_case(tools: int, enforced_by: str) -> Case:
     from agents import Agent, Model, ModelResponse, Runner, Usage, function_tool
     from intentledger.integrations.openai_agents import journalled
     from openai.types.responses import (
@@ -107,11 +110,15 @@ def openai_agents_case(tools: int) -> Case:
     agent = Agent(name="bench", model=Scripted(), tools=[noop])
     return (
         lambda: Runner.run_sync(agent, "go", max_turns=tools + 5),
-        lambda run: Runner.run_sync(journalled(agent, run), "go", max_turns=tools + 5),
+        lambda run: Runner.run_sync(
+            journalled(agent, run, enforced_by={"noop": enforced_by}),  # type: ignore[dict-item]
+            "go",
+            max_turns=tools + 5,
+        ),
     )
 
 
-def langgraph_case(tools: int) -> Case:
+def langgraph_case(tools: int, enforced_by: str) -> Case:
     from intentledger.integrations.langgraph import journalled_model, journalled_tool_node
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage, ToolMessage
@@ -142,6 +149,8 @@ def langgraph_case(tools: int) -> Case:
         """Do nothing."""
         return f"ok {i}"
 
+    noop.metadata = {"enforced_by": enforced_by}  # LangChain's tool metadata says what it is
+
     def build(model: Any, tool_node: Any) -> Any:
         graph = StateGraph(MessagesState)
         graph.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
@@ -157,10 +166,13 @@ def langgraph_case(tools: int) -> Case:
     return (lambda: bare.invoke(start), lambda run: durable.invoke(start))
 
 
-def bare_sdk_steps(ledger: Any, *, reads: int, writes: int) -> dict[str, list[float]]:
+def bare_sdk_steps(
+    ledger: Any, *, reads: int, writes: int, enforced_by: str
+) -> dict[str, list[float]]:
     """Per-step times (ms) of the bare SDK doing what a journalled agent run does: `reads` model
-    steps (read, one call) and `writes` tool steps (write enforced by the tool: intent, effect,
-    outcome), alternately, in one run of its own."""
+    steps (read, one call) and `writes` tool steps (write, `enforced_by` as the framework's tool
+    is marked: "tool" holds the outcome for the next step's call, "nobody" sends it at once),
+    alternately, in one run of its own."""
 
     def model(**_: Any) -> dict[str, Any]:
         return {"text": "done", "usage": {"input_tokens": 10, "output_tokens": 1}}
@@ -177,14 +189,39 @@ def bare_sdk_steps(ledger: Any, *, reads: int, writes: int) -> dict[str, list[fl
                 times["read"].append((time.perf_counter() - t0) * 1000)
             if i < writes:
                 t0 = time.perf_counter()
-                run.tool("noop", {"i": i}, fn=noop)
+                run.tool("noop", {"i": i}, fn=noop, enforced_by=enforced_by)
                 times["write"].append((time.perf_counter() - t0) * 1000)
         run.output = "done"
     return times
 
 
+class StepCalls:
+    """Counts the journal calls (step intents and outcomes) the ledger's HttpTransport sends, so
+    the file shows that the journalled run and the bare SDK mix make the same calls."""
+
+    def __init__(self, ledger: Any) -> None:
+        self.count = 0
+        transport = ledger._transport
+        send = transport.request
+
+        def counted(method: str, path: str, **options: Any) -> Any:
+            if path.endswith(("/steps/", "/outcome")):
+                self.count += 1
+            return send(method, path, **options)
+
+        transport.request = counted
+
+
 def measure(
-    name: str, case: Case, *, ledger: Any, runs: int, tools: int, steps: int
+    name: str,
+    case: Case,
+    *,
+    ledger: Any,
+    calls: StepCalls,
+    enforced_by: str,
+    runs: int,
+    tools: int,
+    steps: int,
 ) -> dict[str, Any]:
     bare, durable = case
     per_step: list[float] = []
@@ -193,19 +230,24 @@ def measure(
     sdk_mix: list[float] = []  # the bare SDK's time per step for the same reads and writes
     sdk: dict[str, list[float]] = {"read": [], "write": []}
     reads = steps - tools  # model responses are read steps, tool calls write steps
+    journalled_calls = mix_calls = 0
     for attempt in range(runs + 1):  # the first round warms up
         t0 = time.perf_counter()
         bare()
         bare_run = (time.perf_counter() - t0) * 1000
         t_enter = time.perf_counter()
         with ledger.run(f"bench-{name}", {}, external_id=f"{name}-{uuid.uuid4().hex}") as run:
+            before = calls.count
             t0 = time.perf_counter()
             durable(run)
             durable_run = (time.perf_counter() - t0) * 1000
+            journalled_calls = calls.count - before
             run.output = "done"
             assert run.next_index == steps, (name, run.next_index, steps)
         whole = (time.perf_counter() - t_enter) * 1000
-        sdk_steps = bare_sdk_steps(ledger, reads=reads, writes=tools)
+        before = calls.count
+        sdk_steps = bare_sdk_steps(ledger, reads=reads, writes=tools, enforced_by=enforced_by)
+        mix_calls = calls.count - before
         if attempt:
             bare_ms.append(bare_run)
             per_step.append((durable_run - bare_run) / steps)
@@ -216,9 +258,12 @@ def measure(
     overhead, mix = statistics.median(per_step), statistics.median(sdk_mix)
     return {
         "framework": name,
+        "enforced_by": enforced_by,
         "steps_per_run": steps,
         "reads_per_run": reads,
         "writes_per_run": tools,
+        "step_calls_per_run": journalled_calls,
+        "sdk_step_calls_per_run": mix_calls,
         "bare_run_ms_p50": round(statistics.median(bare_ms), 2),
         "overhead_per_step_ms_p50": round(overhead, 2),
         "overhead_per_step_ms_min_max": [round(min(per_step), 2), round(max(per_step), 2)],
@@ -278,8 +323,9 @@ def measure_mcp(url: str, token: str, calls: int, ledger: Any) -> dict[str, Any]
     )
     plain = asyncio.run(mcp_calls(direct, calls))
     through = asyncio.run(mcp_calls(proxied, calls))
-    bare_sdk_steps(ledger, reads=3, writes=3)  # warm-up
-    sdk = bare_sdk_steps(ledger, reads=calls, writes=calls)
+    # the proxy journals `append` (no read-only hint, not --keyed) as a write enforced by nobody
+    bare_sdk_steps(ledger, reads=3, writes=3, enforced_by="nobody")  # warm-up
+    sdk = bare_sdk_steps(ledger, reads=calls, writes=calls, enforced_by="nobody")
     out: dict[str, Any] = {"calls": calls}
     for name, kind in (("lookup", "read"), ("append", "write")):
         d, p = statistics.median(plain[name]), statistics.median(through[name])
@@ -313,27 +359,40 @@ def report(results: dict[str, Any], argv: list[str]) -> str:
         "Each framework runs the same scripted agent (an offline model asking for one write tool "
         "per response, then answering) bare and journalled, alternately; **overhead per step** "
         "is the p50 over the runs of (journalled - bare) / steps, timed inside the run's `with` "
-        "block. After each pair the bare SDK makes the same steps (model responses as "
-        "`run.model` read steps, tool calls as `run.tool` write steps enforced by the tool) in a "
-        "run of its own, through the same HttpTransport to the same server: **bare SDK step** is "
-        "its time per step for that mix, and **ratio** the overhead divided by it (target "
-        f"<= {TARGET}). The MCP part calls the test suite's upstream server "
+        "block. After each pair the bare SDK makes the same steps the integration journals, in "
+        "a run of its own through the same HttpTransport to the same server: model responses as "
+        "`run.model` read steps (one call each) and tool calls as `run.tool` write steps with the "
+        "`enforced_by` the framework's tool is marked with. A write enforced by the tool (its "
+        "metadata says it honours `step_key()`) is one call in both, its outcome carried by the "
+        "next step's call; a write enforced by nobody (an unmarked tool) is two, intent and "
+        "outcome. **bare SDK step** is the bare SDK's time per step for that mix, **ratio** the "
+        f"overhead divided by it (target <= {TARGET}); **step calls** counts the journal calls "
+        "(step intents and outcomes) each made in the last round, which must agree for the "
+        "ratio to compare like with like. What the overhead is beyond the same calls: in the "
+        "async frameworks (PydanticAI, OpenAI Agents) the synchronous SDK's calls run in a worker "
+        "thread, so a model step (and a PydanticAI read tool) is one hop there and back and a "
+        "write tool two (it journals its intent in the worker, runs the framework's tool back "
+        "on the loop, then finishes the step in the worker); each hop waits for a thread to be "
+        "scheduled on cores the server shares. LangGraph's sync graph journals in the thread "
+        "that runs the node: no hop. The MCP part calls the test suite's upstream server "
         "(`tests/integrations/mcp_upstream.py`) directly over stdio and through "
         "`intentledger mcp proxy`; the overhead is the difference of the per-call p50s, divided "
-        "by a bare SDK read or write step measured right after. The machine is shared: read "
-        "the ratios, which drift much less than the times.",
+        "by a bare SDK read or write step (enforced by nobody, as the proxy journals the "
+        "unmarked `append`) measured right after. The machine is shared: read the ratios, "
+        "which drift much less than the times.",
         "",
-        "| framework | steps (reads + writes) | bare run p50 | overhead per step p50 (min-max) "
-        "| bare SDK step, same mix p50 (read / write) | ratio | met | create + lease + "
-        "complete p50 |",
-        "|---|---|---:|---:|---:|---:|---|---:|",
+        "| framework | writes enforced by | steps (reads + writes) | step calls per run "
+        "(journalled / bare SDK) | bare run p50 | overhead per step p50 (min-max) | bare SDK step, "
+        "same mix p50 (read / write) | ratio | met | create + lease + complete p50 |",
+        "|---|---|---|---|---:|---:|---:|---:|---|---:|",
     ]
     for f in results["frameworks"]:
         low, high = f["overhead_per_step_ms_min_max"]
         ratio = f["overhead_per_sdk_step"]
         lines.append(
-            f"| {f['framework']} | {f['steps_per_run']} ({f['reads_per_run']} + "
-            f"{f['writes_per_run']}) | {f['bare_run_ms_p50']:.2f} ms | "
+            f"| {f['framework']} | {f['enforced_by']} | {f['steps_per_run']} "
+            f"({f['reads_per_run']} + {f['writes_per_run']}) | {f['step_calls_per_run']} / "
+            f"{f['sdk_step_calls_per_run']} | {f['bare_run_ms_p50']:.2f} ms | "
             f"{f['overhead_per_step_ms_p50']:.2f} ms ({low:.2f}-{high:.2f}) | "
             f"{f['sdk_step_same_mix_ms_p50']:.2f} ms ({f['sdk_read_step_ms_p50']:.2f} / "
             f"{f['sdk_write_step_ms_p50']:.2f}) | {ratio:.2f} | "
@@ -341,7 +400,7 @@ def report(results: dict[str, Any], argv: list[str]) -> str:
             f"{f['run_create_lease_complete_ms_p50']:.2f} ms |"
         )
     for skipped in results.get("skipped", []):
-        lines.append(f"| {skipped} | skipped (not installed) | | | | | | |")
+        lines.append(f"| {skipped} | | skipped (not installed) | | | | | | | |")
     mcp = results.get("mcp")
     if mcp:
         lines += [
@@ -365,6 +424,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.integrations", description=__doc__)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--tools", type=int, default=10, help="tool calls per run")
+    parser.add_argument(
+        "--enforced-by",
+        nargs="+",
+        choices=("tool", "nobody"),
+        default=["tool", "nobody"],
+        help="how the scripted agent's write tool is marked (each a row of its own)",
+    )
     parser.add_argument("--mcp-calls", type=int, default=30)
     parser.add_argument("--only", nargs="*", help="frameworks (and `mcp`) to measure")
     parser.add_argument("--out", default=str(BENCH / "INTEGRATIONS.md"), help="and .json beside")
@@ -389,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         stack.ensure_policy(f"bench-{name}", max_steps=10_000, max_recoveries=100)
     try:
         with stack.gunicorn(workers=2, threads=4) as (url, _proc), Ledger(url, token) as ledger:
-            bare_sdk_steps(ledger, reads=5, writes=5)  # the server's first requests
+            calls = StepCalls(ledger)
+            bare_sdk_steps(ledger, reads=5, writes=5, enforced_by="tool")  # the first requests
             for name, build in (
                 ("pydantic_ai", pydantic_ai_case),
                 ("openai_agents", openai_agents_case),
@@ -397,17 +464,25 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 if name not in wanted:
                     continue
-                try:
-                    case = build(args.tools)
-                except ImportError as missing:
-                    print(f"{name}: skipped ({missing})")
-                    results["skipped"].append(name)
-                    continue
-                figure = measure(
-                    name, case, ledger=ledger, runs=args.runs, tools=args.tools, steps=steps
-                )
-                results["frameworks"].append(figure)
-                print(json.dumps(figure))
+                for enforced_by in args.enforced_by:
+                    try:
+                        case = build(args.tools, enforced_by)
+                    except ImportError as missing:
+                        print(f"{name}: skipped ({missing})")
+                        results["skipped"].append(name)
+                        break
+                    figure = measure(
+                        name,
+                        case,
+                        ledger=ledger,
+                        calls=calls,
+                        enforced_by=enforced_by,
+                        runs=args.runs,
+                        tools=args.tools,
+                        steps=steps,
+                    )
+                    results["frameworks"].append(figure)
+                    print(json.dumps(figure))
             if "mcp" in wanted:
                 results["mcp"] = measure_mcp(url, token, args.mcp_calls, ledger)
                 print(json.dumps(results["mcp"]))

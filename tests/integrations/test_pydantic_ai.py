@@ -110,3 +110,53 @@ def test_a_tool_that_asked_for_a_retry_replays_the_retry_after_a_crash(
         ("book", "done"),
         ("model:function:scripted:", "done"),
     ]
+
+
+def test_a_read_tool_that_asks_for_a_retry_is_a_recorded_error_step_then_found(
+    ledger_server: str, worker_token: str, transactional_db: Any
+) -> None:
+    from intentledger import Ledger
+    from intentledger.integrations.pydantic_ai import LedgerDurability
+    from pydantic_ai import Agent, ModelRetry
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    def scripted(messages: list[Any], info: Any) -> ModelResponse:
+        turn = sum(1 for m in messages if m.kind == "response")
+        if turn < 2:  # the first ticket is refused with a retry, the second is found
+            return ModelResponse(parts=[ToolCallPart("find", {"ticket": f"T-{turn + 1}"})])
+        return ModelResponse(parts=[TextPart("Found.")])
+
+    agent = Agent(FunctionModel(scripted))
+    lookups: list[str] = []
+
+    @agent.tool_plain(metadata={"effect": "read"})
+    def find(ticket: str) -> dict[str, str]:
+        lookups.append(ticket)
+        if ticket == "T-1":
+            raise ModelRetry("no T-1, try T-2")
+        return {"ticket": ticket}
+
+    with (
+        Ledger(ledger_server, worker_token, retries=1) as ledger,
+        ledger.run("pai-read", {}, worker="w-read") as run,
+    ):
+        result = agent.run_sync("find", capabilities=[LedgerDurability(run)])
+        run.output = result.output
+
+    assert result.output == "Found."
+    assert lookups == ["T-1", "T-2"]  # each ran once
+    steps = list(
+        RunRow.objects.get(pk=run.id)
+        .steps.order_by("index")
+        .values_list("name", "effect", "state", "result")
+    )
+    assert [step[:3] for step in steps] == [
+        ("model:function:scripted:", "read", "done"),
+        ("find", "read", "error"),
+        ("model:function:scripted:", "read", "done"),
+        ("find", "read", "done"),
+        ("model:function:scripted:", "read", "done"),
+    ]
+    assert steps[1][3] is not None and steps[1][3]["error"] == "ToolRetryError"
+    assert steps[3][3] == {"ticket": "T-2"}

@@ -87,6 +87,31 @@ async def model_step_from_async[T](
     return await journal_from_async(lambda await_on_loop: journal(lambda: await_on_loop(ask())))
 
 
+async def read_tool_from_async(
+    run: Run, ask: Callable[[], Awaitable[Any]], journal: Callable[[Callable[[], Any]], Any]
+) -> Any:
+    """A read tool step from async code: `journal(execute)` calls `journal_tool` with `execute()`
+    as its effect, and `ask()` is the framework's tool coroutine.
+
+    Like `model_step_from_async`: a read is journalled after it ran, intent and outcome in one
+    call, so when no step is recorded at the run's next index the tool runs on the loop first and
+    only the journal call goes to a worker thread (one hop, not two); its exception, if it raised,
+    is raised again inside the step, which records it. Only for frameworks that run one tool call
+    at a time (the index must not move between the check and the call)."""
+    if run.journal.get(run.next_index) is not None:
+        return await journal_from_async(lambda await_on_loop: journal(lambda: await_on_loop(ask())))
+    try:
+        result = await ask()
+    except Exception as exc:
+        failed = exc
+
+        def execute() -> Any:
+            raise failed
+
+        return await asyncio.to_thread(journal, execute)
+    return await asyncio.to_thread(journal, lambda: result)
+
+
 def to_json(value: Any, fallback: Callable[[Any], Any] | None = None) -> Any:
     """`value` as the journal hands it back (a JSON round trip); TypeError/ValueError if not."""
     return json.loads(json.dumps(value, allow_nan=False, default=fallback))

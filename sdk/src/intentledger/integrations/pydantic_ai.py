@@ -113,19 +113,23 @@ class LedgerDurability(AbstractCapability[Any]):
         effect, enforced_by = _core.tool_effect(tool_def.metadata)
         arguments = _core.journalable(dict(args), what="arguments", fallback=_fallback)
 
-        def journal(await_on_loop: Callable[[Awaitable[Any]], Any]) -> Any:
+        def journal(execute: Callable[[], Any]) -> Any:
             return _core.journal_tool(
                 self.run,
                 tool_def.name,
                 arguments,
-                lambda: await_on_loop(handler(args)),
+                execute,
                 effect=effect,
                 enforced_by=enforced_by,
                 result_to_json=_fallback,
             )
 
         try:
-            return await _core.journal_from_async(journal)
+            if effect == "read":  # tools run one at a time (prepare_tools): the index holds
+                return await _core.read_tool_from_async(self.run, lambda: handler(args), journal)
+            return await _core.journal_from_async(
+                lambda await_on_loop: journal(lambda: await_on_loop(handler(args)))
+            )
         except StepFailed as failed:
             # a recorded ModelRetry replays as one: the model is asked again, as the first time
             recorded = failed.result if isinstance(failed.result, dict) else {}
