@@ -34,7 +34,8 @@ def run(ctx: Ctx, out_dir: Path) -> None:
     for framework in data["frameworks"]:
         _ratio(
             ctx,
-            f"{framework['framework']} integration overhead per step ÷ bare SDK step",
+            f"{framework['framework']} integration overhead per step ÷ bare SDK step "
+            f"(writes enforced by {framework.get('enforced_by', 'nobody')})",
             framework["overhead_per_sdk_step"],
         )
     mcp = data.get("mcp")
