@@ -307,7 +307,7 @@ def test_the_gunicorn_door_answers_another_agents_run_as_a_run_that_does_not_exi
         raise AssertionError("a well-formed hot call must be answered by the door")
 
     door = HotPathWSGI(declined)
-    bodies = {
+    bodies: dict[str, dict[str, Any]] = {
         "lease": {"worker": "thief"},
         "heartbeat": {"epoch": epoch},
         "steps/": {"epoch": epoch, **STEP_1},
