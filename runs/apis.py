@@ -10,28 +10,23 @@ from drf_spectacular.utils import (
     extend_schema_serializer,
     inline_serializer,
 )
-from rest_framework import serializers, status
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import contract, hotcalls, selectors
-from runs.access import agent_check_allowed, run_check_visible
+from runs.access import run_check_visible
 from runs.api_errors import error_response
 from runs.authentication import actor_of
 from runs.constants import (
-    AGENT_NAME_MAX,
-    AGENT_NAME_REGEX,
     BUDGET_LIMITS,
     RunRunner,
     RunStatus,
 )
-from runs.contract import AnyJSONField
 from runs.models import Run
 from runs.representations import event_json, run_json, step_json
 from runs.services.approvals import step_wait_decided
-from runs.services.creation import run_create
-from runs.services.finish import run_complete, run_fail
 
 MAX_PAGE = 200
 MAX_WAIT_SECONDS = 60
@@ -168,13 +163,7 @@ COMMON = (400, 401, 404, 413)
 
 
 class RunCreateApi(APIView):
-    @extend_schema_serializer(component_name="RunCreateInput")
-    class InputSerializer(serializers.Serializer):
-        agent = serializers.RegexField(AGENT_NAME_REGEX, max_length=AGENT_NAME_MAX)
-        input = AnyJSONField(default=dict)
-        external_id = serializers.CharField(
-            max_length=200, required=False, allow_null=True, default=None
-        )
+    InputSerializer = contract.CREATE.serializer()
 
     @extend_schema(
         operation_id="runs_create",
@@ -189,13 +178,7 @@ class RunCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         data = _validated(self.InputSerializer, request)
-        agent_check_allowed(principal=request.user, agent=data["agent"])
-        if data["input"] is None:
-            data["input"] = {}
-        run, created = run_create(**data, actor=actor_of(request))
-        return Response(
-            run_json(run), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
-        )
+        return _hot_reply(hotcalls.create(payload=data, principal=request.user))
 
     class ListQuerySerializer(serializers.Serializer):
         agent = serializers.CharField(max_length=100, required=False)
@@ -394,13 +377,10 @@ class StepOutcomeApi(APIView):
         return _hot_reply(reply)
 
 
-def run_finish_api(verb: str, payload: str, finish: Callable[..., Run]) -> type[APIView]:
+def run_finish_api(verb: str, shape: contract.Shape, call: Callable[..., Any]) -> type[APIView]:
     """The worker's last call on a run, operation `runs_<verb>`: its epoch and one JSON field
-    `payload` for `finish`, answered with the run. Complete and fail are this one call."""
-    name = f"Run{verb.title()}"
-    input_serializer = extend_schema_serializer(component_name=f"{name}Input")(
-        type(f"{name}InputSerializer", (EpochSerializer,), {payload: AnyJSONField()})
-    )
+    (runs.contract), answered with the run. Complete and fail are this one call."""
+    input_serializer = shape.serializer()
 
     class RunFinishApi(APIView):
         @extend_schema(
@@ -418,15 +398,14 @@ def run_finish_api(verb: str, payload: str, finish: Callable[..., Run]) -> type[
         def post(self, request: Request, run_id: str) -> Response:
             run_check_visible(principal=request.user, run_id=run_id)
             data = _validated(input_serializer, request)
-            run = finish(run_id=run_id, **data, actor=actor_of(request))
-            return Response(run_json(run))
+            return _hot_reply(call(run_id=run_id, payload=data, actor=actor_of(request)))
 
-    RunFinishApi.__name__ = RunFinishApi.__qualname__ = f"{name}Api"
+    RunFinishApi.__name__ = RunFinishApi.__qualname__ = f"Run{verb.title()}Api"
     return RunFinishApi
 
 
-RunCompleteApi = run_finish_api("complete", "output", run_complete)
-RunFailApi = run_finish_api("fail", "error", run_fail)
+RunCompleteApi = run_finish_api("complete", contract.COMPLETE, hotcalls.complete)
+RunFailApi = run_finish_api("fail", contract.FAIL, hotcalls.fail)
 
 
 class RunJournalApi(APIView):

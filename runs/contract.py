@@ -1,4 +1,4 @@
-"""The request shapes of the four hot worker calls, declared once.
+"""The request shapes of the lean worker calls, declared once.
 
 Each field's type, limits and default are written here; runs.apis builds its DRF serializers
 (and so the served OpenAPI schema) from them, and the lean path (runs.hotpath) validates from
@@ -8,6 +8,7 @@ take it declines, and the DRF view answers with its field errors, so a refusal k
 Cross-field rules are written once here (`Shape.rules`) and run by both.
 """
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -15,7 +16,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from runs.constants import Effect, EnforcedBy, StepKind
+from runs.constants import AGENT_NAME_MAX, AGENT_NAME_REGEX, Effect, EnforcedBy, StepKind
 
 MAX_EPOCH = 2**63 - 1  # the column is a bigint
 MAX_STEP_INDEX = 100_000
@@ -37,8 +38,9 @@ REQUIRED: Any = _Required()
 
 @dataclass(frozen=True)
 class Field:
-    """One field. Absent, it takes `default`; with none it is required, unless `optional`
-    (then it stays absent, as DRF's required=False without a default leaves it)."""
+    """One field. Absent, it takes `default` (called, if callable, as DRF calls it); with none
+    it is required, unless `optional` (then it stays absent, as DRF's required=False without a
+    default leaves it)."""
 
     default: Any = REQUIRED
     nullable: bool = False
@@ -101,6 +103,22 @@ class Text(Field):
 
 
 @dataclass(frozen=True)
+class Pattern(Text):
+    """Text that `regex` finds (DRF's RegexField: searched, after trimming, as here)."""
+
+    regex: str = ""
+
+    def lean(self, value: Any) -> Any:
+        value = super().lean(value)
+        if re.search(self.regex, value) is None:
+            raise Decline
+        return value
+
+    def drf(self) -> serializers.Field:
+        return serializers.RegexField(self.regex, max_length=self.max_length, **self._kwargs())
+
+
+@dataclass(frozen=True)
 class Choice(Field):
     choices: tuple[tuple[str, str], ...] | tuple[str, ...] = ()
 
@@ -160,7 +178,7 @@ class JSONObject(Field):
 
 @dataclass(frozen=True)
 class AnyJSON(Field):
-    """Any JSON value; absent is null."""
+    """Any JSON value; absent is `default` (null unless another is given)."""
 
     default: Any = None
     nullable: bool = True
@@ -169,7 +187,7 @@ class AnyJSON(Field):
         return value
 
     def drf(self) -> serializers.Field:
-        return AnyJSONField()
+        return AnyJSONField(**self._kwargs())
 
 
 @dataclass(frozen=True)
@@ -247,7 +265,7 @@ class Shape:
             if name in data:
                 valid[name] = spec.check(data[name])
             elif spec.default is not REQUIRED:
-                valid[name] = spec.default
+                valid[name] = spec.default() if callable(spec.default) else spec.default
             elif not spec.optional:
                 raise Decline
         if any(rule(valid) for rule in self.rules):
@@ -364,7 +382,30 @@ OUTCOME = Shape(
     "InputSerializer", {"epoch": EPOCH, **_OUTCOME_FIELDS}, component="StepOutcomeInput"
 )
 
+CREATE = Shape(
+    "InputSerializer",
+    {
+        "agent": Pattern(regex=AGENT_NAME_REGEX, max_length=AGENT_NAME_MAX),
+        "input": AnyJSON(default=dict),
+        "external_id": Text(max_length=200, default=None, nullable=True),
+    },
+    component="RunCreateInput",
+)
+
+# a worker's last call on a run: its epoch and one JSON field (runs.hotcalls.finish)
+COMPLETE = Shape(
+    "RunCompleteInputSerializer",
+    {"epoch": EPOCH, "output": AnyJSON()},
+    component="RunCompleteInput",
+)
+FAIL = Shape(
+    "RunFailInputSerializer", {"epoch": EPOCH, "error": AnyJSON()}, component="RunFailInput"
+)
+
 __all__ = [
+    "COMPLETE",
+    "CREATE",
+    "FAIL",
     "HEARTBEAT",
     "INTENT",
     "LEASE",

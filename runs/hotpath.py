@@ -1,4 +1,5 @@
-"""The lean path for the four hot worker calls: intent, outcome, heartbeat and lease.
+"""The lean path for the worker calls: intent, outcome, heartbeat, lease, and a run's create,
+complete and fail.
 
 A well-formed request from a known token is answered here, validated from the same declaration
 as the DRF serializers (runs.contract) and run by the same functions as the DRF views
@@ -38,7 +39,13 @@ from rest_framework.exceptions import APIException
 from runs import contract, hotcalls
 from runs.access import run_check_visible
 from runs.api_errors import ApplicationError, StrictJSONParser
-from runs.authentication import TokenRevoked, principal_for, principal_known, token_live
+from runs.authentication import (
+    TokenRevoked,
+    WorkerPrincipal,
+    principal_for,
+    principal_known,
+    token_live,
+)
 from runs.contract import Decline
 from runs.observe import step_call
 
@@ -74,9 +81,20 @@ class HotAnswer:
     body: bytes
 
 
-def _call(call: str, run_id: UUID, index: int | None, data: Any, actor: str) -> HotAnswer:
+def _call(
+    call: str, run_id: UUID | None, index: int | None, data: Any, principal: WorkerPrincipal
+) -> hotcalls.Reply:
     """Validate from runs.contract (Decline: the DRF view answers), then the shared call."""
-    if call == "intent":
+    actor = str(principal)
+    if call == "create":
+        reply = hotcalls.create(payload=contract.CREATE.lean(data), principal=principal)
+    elif run_id is None:
+        raise Decline
+    elif call == "complete":
+        reply = hotcalls.complete(run_id=run_id, payload=contract.COMPLETE.lean(data), actor=actor)
+    elif call == "fail":
+        reply = hotcalls.fail(run_id=run_id, payload=contract.FAIL.lean(data), actor=actor)
+    elif call == "intent":
         reply = hotcalls.intent(run_id=run_id, payload=contract.INTENT.lean(data), actor=actor)
     elif call == "outcome":
         assert index is not None
@@ -86,7 +104,7 @@ def _call(call: str, run_id: UUID, index: int | None, data: Any, actor: str) -> 
         reply = hotcalls.heartbeat(run_id=run_id, payload=contract.HEARTBEAT.lean(data))
     else:
         reply = hotcalls.lease(run_id=run_id, payload=contract.LEASE.lean(data), actor=actor)
-    return HotAnswer(reply[0], _dumps(reply[1]))
+    return reply
 
 
 def _refusal(error: ApplicationError) -> HotAnswer:
@@ -94,9 +112,9 @@ def _refusal(error: ApplicationError) -> HotAnswer:
 
 
 def answer(
-    call: str, *, run_id: UUID, index: int | None, body: bytes, authorization: str | None
+    call: str, *, run_id: UUID | None, index: int | None, body: bytes, authorization: str | None
 ) -> HotAnswer:
-    """Answer one hot call, or raise Decline for the DRF view to answer it.
+    """Answer one lean call (`run_id` None: create), or raise Decline for the DRF view to.
 
     The token is checked live on every call, in the round trip and transaction of the call's
     first statement (`token_live`); a gateway step, which runs a tool, reads it first.
@@ -108,7 +126,7 @@ def answer(
     except ValueError as exc:
         raise Decline from exc
     raw = authorization[7:].strip()
-    guarded = not (isinstance(data, dict) and data.get("invoke"))
+    guarded = not (call == "intent" and isinstance(data, dict) and data.get("invoke"))
     principal = principal_known(raw) if guarded else principal_for(raw)
     if principal is None:
         raise Decline
@@ -116,8 +134,12 @@ def answer(
     with step_call(call, run_id=run_id, index=step if isinstance(step, int) else None) as seen:
         try:
             with token_live(principal) if guarded else nullcontext():
-                run_check_visible(principal=principal, run_id=run_id)
-                return _call(call, run_id, index, data, str(principal))
+                if run_id is not None:
+                    run_check_visible(principal=principal, run_id=run_id)
+                code, reply = _call(call, run_id, index, data, principal)
+            if run_id is None:
+                seen.name_run(reply["id"])  # the run it created or attached to
+            return HotAnswer(code, _dumps(reply))
         except ApplicationError as error:
             seen.code = error.code
             return _refusal(error)
@@ -176,7 +198,7 @@ def _content_length(meta: dict[str, Any]) -> int:
 def hot_view(call: str, drf_view: Callable[..., Any]) -> Callable[..., Any]:
     """The DRF view's URL, answered by the lean path when it can."""
 
-    def view(request: HttpRequest, run_id: UUID, index: int | None = None) -> Any:
+    def view(request: HttpRequest, **kwargs: Any) -> Any:
         if (
             request.method == "POST"
             and request.content_type == "application/json"
@@ -185,8 +207,8 @@ def hot_view(call: str, drf_view: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 hot = answer(
                     call,
-                    run_id=run_id,
-                    index=index,
+                    run_id=kwargs.get("run_id"),
+                    index=kwargs.get("index"),
                     body=request.body,
                     authorization=request.headers.get("Authorization"),
                 )
@@ -194,9 +216,7 @@ def hot_view(call: str, drf_view: Callable[..., Any]) -> Callable[..., Any]:
                 pass
             else:
                 return HttpResponse(hot.body, status=hot.status, content_type="application/json")
-        if index is None:
-            return drf_view(request, run_id=run_id)
-        return drf_view(request, run_id=run_id, index=index)
+        return drf_view(request, **kwargs)
 
     # drf-spectacular documents the DRF view behind this URL
     view.cls = drf_view.cls  # type: ignore[attr-defined]
@@ -211,6 +231,9 @@ _UUID = (
 )
 _ROUTES = [
     (re.compile(rf"^/api/v1/runs/{_UUID}/steps/$"), "intent"),
+    (re.compile(r"^/api/v1/runs/$"), "create"),
+    (re.compile(rf"^/api/v1/runs/{_UUID}/complete$"), "complete"),
+    (re.compile(rf"^/api/v1/runs/{_UUID}/fail$"), "fail"),
     (re.compile(rf"^/api/v1/runs/{_UUID}/steps/(?P<index>[0-9]{{1,9}})/outcome$"), "outcome"),
     (re.compile(rf"^/api/v1/runs/{_UUID}/heartbeat$"), "heartbeat"),
     (re.compile(rf"^/api/v1/runs/{_UUID}/lease$"), "lease"),
@@ -220,6 +243,7 @@ _REASONS = {
     201: "Created",
     202: "Accepted",
     400: "Bad Request",
+    403: "Forbidden",
     404: "Not Found",
     409: "Conflict",
     422: "Unprocessable Entity",
@@ -267,16 +291,18 @@ class HotPathWSGI:
         body = environ["wsgi.input"].read(length)
         environ["wsgi.input"] = _Replay(body)  # Django reads it again if we decline
         index = match.groupdict().get("index")
+        run_id = match.groupdict().get("run_id")
         call = {
-            "run_id": UUID(match["run_id"]),
+            "run_id": None if run_id is None else UUID(run_id),
             "index": None if index is None else int(index),
             "body": body,
             "authorization": environ.get("HTTP_AUTHORIZATION"),
         }
-        # a connection that died between requests fails the first statement: intents, outcomes
-        # and heartbeats go again once on a fresh one (a repeat is answered as recorded); a lease
-        # does not (a repeat would count a recovery), the client retries its 503
-        attempts = 1 if route == "lease" else 2
+        # a connection that died between requests fails the first statement: intents, outcomes,
+        # heartbeats, completes and fails go again once on a fresh one (a repeat is answered as
+        # recorded); a lease does not (a repeat would count a recovery), nor a create (one
+        # without external_id would make a second run): the client retries its 503
+        attempts = 1 if route in ("lease", "create") else 2
         for attempt in range(attempts):
             try:
                 drop_dead_connection()

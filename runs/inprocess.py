@@ -5,9 +5,9 @@ journal kernel, the gateway), in this process, through Django's database connect
 Celery-run agents use it (support_agent.tasks). It keeps the API's rules by calling the API's own
 pieces, not copies of them:
 
-- who: the worker token is checked live on every call as the API checks it (a hot call in
-  the kernel statement's own round trip and transaction, `token_live`; any other call by a
-  statement first, `principal_for`), so a revocation counts on the very next
+- who: the worker token is checked live on every call as the API checks it (a lean call, the
+  API's runs.hotcalls, in its first statement's own round trip and transaction, `token_live`;
+  any other call by a statement first, `principal_for`), so a revocation counts on the very next
   call; a token limited to agents sees other agents' runs as 404 `not_found` (`runs.access`),
   as over HTTP;
 - what: each body goes through the API's JSON parser (size limit, NaN, NUL, depth, numbers in
@@ -42,7 +42,7 @@ from intentledger.errors import error_from_response
 from rest_framework import exceptions, serializers
 
 from runs import apis, contract, hotcalls, selectors
-from runs.access import agent_check_allowed, not_found, run_check_visible
+from runs.access import not_found, run_check_visible
 from runs.api_errors import StrictJSONParser, exception_handler
 from runs.authentication import (
     TokenRevoked,
@@ -54,8 +54,6 @@ from runs.authentication import (
 from runs.models import Run
 from runs.representations import event_json, run_json, step_json
 from runs.services.approvals import step_wait_decided
-from runs.services.creation import run_create
-from runs.services.finish import run_complete, run_fail
 from runs.waiting import SETTLED, run_wait
 from tools.apis import McpToolsReportApi, ToolInvokeApi
 from tools.mcp_tools import mcp_tools_report
@@ -86,15 +84,11 @@ class InProcessTransport:
         body = {"agent": agent, "input": input, "external_id": external_id}
 
         def create(principal: WorkerPrincipal) -> dict[str, Any]:
-            data = _validated(apis.RunCreateApi.InputSerializer, _parsed(body))
-            agent_check_allowed(principal=principal, agent=data["agent"])
-            if data["input"] is None:
-                data["input"] = {}
-            run, _ = run_create(**data, actor=str(principal))
-            return run_json(run)
+            data = _fields(contract.CREATE, body)
+            return hotcalls.create(payload=data, principal=principal)[1]
 
         # without an external id a repeat after a lost commit would make a second run
-        return self._call(create, idempotent=external_id is not None)
+        return self._call(create, idempotent=external_id is not None, one_statement=True)
 
     def get_run(self, run_id: str, *, wait: int | None = None) -> dict[str, Any]:
         def get(principal: WorkerPrincipal) -> dict[str, Any]:
@@ -159,22 +153,26 @@ class InProcessTransport:
         return self._call(beat, one_statement=True)
 
     def run_complete(self, run_id: str, *, epoch: int, output: Any) -> dict[str, Any]:
-        return self._finish(run_id, run_complete, epoch=epoch, output=output)
+        body = {"epoch": epoch, "output": output}
+        return self._finish(run_id, contract.COMPLETE, hotcalls.complete, body)
 
     def run_fail(self, run_id: str, *, epoch: int, error: Any) -> dict[str, Any]:
-        return self._finish(run_id, run_fail, epoch=epoch, error=error)
+        body = {"epoch": epoch, "error": error}
+        return self._finish(run_id, contract.FAIL, hotcalls.fail, body)
 
     def _finish(
-        self, run_id: str, finish: Callable[..., Run], *, epoch: int, **payload: Any
+        self,
+        run_id: str,
+        shape: contract.Shape,
+        finish: Callable[..., hotcalls.Reply],
+        body: dict[str, Any],
     ) -> dict[str, Any]:
         def call(principal: WorkerPrincipal) -> dict[str, Any]:
             run_check_visible(principal=principal, run_id=run_id)
-            # an epoch-only body, as a heartbeat's; then the payload, any JSON
-            data = _fields(contract.HEARTBEAT, {"epoch": epoch})
-            parsed = _parsed(payload)
-            return run_json(finish(run_id=run_id, **data, **parsed, actor=str(principal)))
+            data = _fields(shape, body)
+            return finish(run_id=run_id, payload=data, actor=str(principal))[1]
 
-        return self._call(call)
+        return self._call(call, one_statement=True)
 
     # --- steps ----------------------------------------------------------------------------
 

@@ -35,11 +35,20 @@ class CallOutcome:
 
     code = "ok"
 
+    def __init__(self, context: dict[str, Any]) -> None:
+        self._context = context
+
+    def name_run(self, run_id: str) -> None:
+        """The run a call without one in its path (create) turned out to be about."""
+        self._context["run_id"] = run_id
+
 
 @contextmanager
 def step_call(call: str, *, run_id: Any, index: int | None) -> Iterator[CallOutcome]:
-    outcome = CallOutcome()
-    token = log_context.set({"run_id": str(run_id), "step_index": index, "call": call})
+    """`run_id` None: a create, whose run is named once known (`CallOutcome.name_run`)."""
+    context = {"run_id": None if run_id is None else str(run_id), "step_index": index, "call": call}
+    outcome = CallOutcome(context)
+    token = log_context.set(context)
     started = time.perf_counter()
     try:
         yield outcome

@@ -5,7 +5,7 @@ from runs.hotpath import hot_view
 from runs.waiting import wait_door
 
 urlpatterns = [
-    path("runs/", apis.RunCreateApi.as_view(), name="run-create"),
+    path("runs/", hot_view("create", apis.RunCreateApi.as_view()), name="run-create"),
     path("runs/<uuid:run_id>/", wait_door(apis.RunDetailApi.as_view()), name="run-detail"),
     path(
         "runs/<uuid:run_id>/lease",
@@ -28,7 +28,11 @@ urlpatterns = [
         hot_view("outcome", apis.StepOutcomeApi.as_view()),
         name="run-step-outcome",
     ),
-    path("runs/<uuid:run_id>/complete", apis.RunCompleteApi.as_view(), name="run-complete"),
-    path("runs/<uuid:run_id>/fail", apis.RunFailApi.as_view(), name="run-fail"),
+    path(
+        "runs/<uuid:run_id>/complete",
+        hot_view("complete", apis.RunCompleteApi.as_view()),
+        name="run-complete",
+    ),
+    path("runs/<uuid:run_id>/fail", hot_view("fail", apis.RunFailApi.as_view()), name="run-fail"),
     path("runs/<uuid:run_id>/journal", apis.RunJournalApi.as_view(), name="run-journal"),
 ]

@@ -137,6 +137,8 @@ def test_the_hot_calls_are_timed_by_call_and_answer_code(metrics_token: str) -> 
         "arguments": {},
     }
     assert api.post(f"/api/v1/runs/{run['id']}/steps/", stale, format="json").status_code == 409
+    done = {"epoch": epoch, "output": {"answer": 42}}
+    assert api.post(f"/api/v1/runs/{run['id']}/complete", done, format="json").status_code == 200
 
     after = scrape()["intentledger_step_call_seconds_count"]
 
@@ -147,6 +149,8 @@ def test_the_hot_calls_are_timed_by_call_and_answer_code(metrics_token: str) -> 
     assert grew("intent", "ok") == 3
     assert grew("intent", "stale_epoch") == 1
     assert grew("lease", "ok") == 1
+    assert grew("create", "ok") == 1
+    assert grew("complete", "ok") == 1
 
 
 def test_metrics_without_the_credential_are_refused(settings: Any) -> None:
@@ -196,6 +200,7 @@ def test_json_logs_carry_run_id_and_step_index_of_the_call(settings: Any) -> Non
         calls.setLevel(previous)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(line["call"], line["step_index"]) for line in lines] == [
+        ("create", None),  # named by the run it made, once made
         ("lease", None),
         ("intent", 0),
         ("outcome", 0),

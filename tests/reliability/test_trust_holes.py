@@ -297,7 +297,7 @@ def test_a_direct_token_cannot_plant_a_key_in_the_form_of_a_future_journal_step(
 def test_the_gunicorn_door_answers_another_agents_run_as_a_run_that_does_not_exist(
     api: APIClient,
 ) -> None:
-    """The four hot calls are answered before Django (runs.hotpath.HotPathWSGI): same scopes."""
+    """The lean calls are answered before Django (runs.hotpath.HotPathWSGI): same scopes."""
     _, raw = worker_token_create(name="triage-pods-2", agents=("triage",))
     run_id, epoch = leased_run(api)
     write_intent(api, run_id, epoch, 0)
@@ -307,30 +307,45 @@ def test_the_gunicorn_door_answers_another_agents_run_as_a_run_that_does_not_exi
         raise AssertionError("a well-formed hot call must be answered by the door")
 
     door = HotPathWSGI(declined)
-    bodies = {
+    bodies: dict[str, dict[str, Any]] = {
         "lease": {"worker": "thief"},
         "heartbeat": {"epoch": epoch},
         "steps/": {"epoch": epoch, **STEP_1},
         "steps/0/outcome": {"epoch": epoch, "result": {"sent": 1}},
+        "complete": {"epoch": epoch, "output": {"done": 1}},
+        "fail": {"epoch": epoch, "error": {"why": "stolen"}},
     }
+
+    def knock(path: str, body: dict[str, Any]) -> tuple[str, str]:
+        raw_body = json.dumps(body).encode()
+        statuses: list[str] = []
+        chunks = door(
+            {
+                "REQUEST_METHOD": "POST",
+                "PATH_INFO": path,
+                "CONTENT_TYPE": "application/json",
+                "CONTENT_LENGTH": str(len(raw_body)),
+                "HTTP_AUTHORIZATION": f"Bearer {raw}",
+                "wsgi.input": io.BytesIO(raw_body),
+            },
+            lambda status, _headers, out=statuses: out.append(status),
+        )
+        return statuses[0], b"".join(chunks).decode()
+
     for path, body in bodies.items():
         answers = []
         for run in (run_id, nowhere):
-            raw_body = json.dumps(body).encode()
-            statuses: list[str] = []
-            chunks = door(
-                {
-                    "REQUEST_METHOD": "POST",
-                    "PATH_INFO": f"/api/v1/runs/{run}/{path}",
-                    "CONTENT_TYPE": "application/json",
-                    "CONTENT_LENGTH": str(len(raw_body)),
-                    "HTTP_AUTHORIZATION": f"Bearer {raw}",
-                    "wsgi.input": io.BytesIO(raw_body),
-                },
-                lambda status, _headers, out=statuses: out.append(status),
-            )
-            answers.append((statuses[0], b"".join(chunks).decode().replace(run, "ID")))
+            status, text = knock(f"/api/v1/runs/{run}/{path}", body)
+            answers.append((status, text.replace(run, "ID")))
         assert answers[0] == answers[1], path
         assert answers[0][0] == "404 Not Found", (path, answers[0])
     assert Step.objects.filter(run_id=run_id).count() == 1
     assert Run.objects.get(pk=run_id).epoch == epoch
+    assert Run.objects.get(pk=run_id).status == "running"
+
+    # and it creates runs for its own agents only
+    status, text = knock("/api/v1/runs/", {"agent": "support", "external_id": "by-triage"})
+    assert status == "403 Forbidden" and json.loads(text)["error"]["code"] == "agent_not_allowed"
+    assert not Run.objects.filter(external_id="by-triage").exists()
+    status, _ = knock("/api/v1/runs/", {"agent": "triage", "external_id": "by-triage"})
+    assert status == "201 Created"

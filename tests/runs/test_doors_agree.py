@@ -1,12 +1,15 @@
-"""The two doors to the hot calls answer alike: a differential test.
+"""The two doors to the lean calls answer alike: a differential test.
 
-Request bodies for intent, outcome, heartbeat and lease are generated from the served OpenAPI
-schema (schemathesis, valid and invalid), some steered at a real run's epoch and steps, some
-given one deliberately bad or edge value of a field (the values DRF's fields treat specially).
+Request bodies for intent, outcome, heartbeat, lease, create, complete and fail are generated from
+the served OpenAPI schema (schemathesis, valid and invalid), some steered at a real run's epoch
+and steps (or, to create, at an agent with a policy, one without, and an external id that
+attaches), sent with an unscoped token or one limited to an agent, some given one deliberately
+bad or edge value of a field (the values DRF's fields treat specially).
 Each body is sent, on the same database state (a savepoint rolled back after each), to the lean
 path (runs.hotpath.answer, what HotPathWSGI and hot_view run) and to the DRF view alone. The lean
 path may decline (the DRF view then answers in production), but it never accepts what the
-serializer refuses, and when it answers, status and body are the DRF view's, times aside.
+serializer refuses, and when it answers, status and body are the DRF view's, times aside (and
+the id of a run each door created anew).
 """
 
 import json
@@ -22,6 +25,7 @@ from rest_framework.test import APIClient, APIRequestFactory
 from runs import apis
 from runs.hotpath import Decline, answer
 from runs.models import BudgetPolicy
+from runs.tokens import worker_token_create
 from tests.runs.journal_client import JournalClient
 
 OPERATIONS = {
@@ -29,6 +33,9 @@ OPERATIONS = {
     "runs_steps_outcome": ("outcome", apis.StepOutcomeApi),
     "runs_heartbeat": ("heartbeat", apis.RunHeartbeatApi),
     "runs_lease": ("lease", apis.RunLeaseApi),
+    "runs_create": ("create", apis.RunCreateApi),
+    "runs_complete": ("complete", apis.RunCompleteApi),
+    "runs_fail": ("fail", apis.RunFailApi),
 }
 EXAMPLES = 40  # per operation and generation mode: a few seconds in all
 
@@ -36,6 +43,7 @@ _INT = [-1, 0, 4, 5, 600, 601, 100_000, 100_001, 10**12 + 1, 2**63, "1", 1.5, Tr
 _TEXT = ["", " x", "x ", "x" * 200, "x" * 201, "é", 7, None]
 _CHOICE = ["", "TOOL", "tool", "model", "read", "write", "ledger", "nobody", "ok", "error", 1, None]
 # DRF's DecimalField counts an exponent's zeros and caps the text at 1,000 characters
+_JSON: list[Any] = [None, {}, [], "x", 1.5, 10**20, {"a": [1, None, "é"]}]
 _MONEY = ["0E+7", "1E+5", "1E+6", "0" * 1001, "0" * 50, "1.0000000", "999999.999999", "1000000",
           "-1", "-0", "NaN", "Infinity", " 1", "1_0", "", 1, 10**6, 0.5, None]  # fmt: skip
 MUTATIONS: dict[str, list[Any]] = {
@@ -56,7 +64,14 @@ MUTATIONS: dict[str, list[Any]] = {
     "invoke": [True, False, "true", 1, None],
     "usage": [None, {}, [], "x", {"input_tokens": 60}],
     "outcome": [None, {}, [], {"status": "ok", "usage": {"input_tokens": 60}}],
-}
+    # DRF's RegexField trims before it searches the pattern (whose $ also matches before "\n")
+    "agent": ["doors", "elsewhere", "a.b:c_d-e", "", " doors", "doors ", "doors\n", "a b",
+              "x" * 100, "x" * 101, "é", 7, None],
+    "external_id": [*_TEXT, "ext-1", "ext-new"],
+    "input": _JSON,
+    "output": _JSON,
+    "error": _JSON,
+}  # fmt: skip
 _TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
 
 
@@ -127,6 +142,14 @@ def _on_this_state(call: Any) -> Any:
             transaction.set_rollback(True)
 
 
+def _new_run_id_aside(call: str, answered: tuple[int, Any]) -> tuple[int, Any]:
+    """A run each door created anew has an id of its own."""
+    status, body = answered
+    if call == "create" and status == 201:
+        body = {**body, "id": "<new run>"}
+    return status, _times_aside(body)
+
+
 def test_the_lean_path_never_accepts_what_the_serializer_refuses_and_answers_as_it_does(
     api: APIClient, worker_token: str, make_policy: Callable[..., BudgetPolicy]
 ) -> None:
@@ -141,24 +164,31 @@ def test_the_lean_path_never_accepts_what_the_serializer_refuses_and_answers_as_
     epoch = journal.lease(run_id).json()["epoch"]
     journal.write_step(run_id, epoch, 0)  # step 0 done, step 1 an open intent, step 2 next
     assert journal.intent(run_id, epoch, 1).status_code == 201
+    # a run with nothing open, to complete or fail; its external id attaches a create
+    settled = journal.create(agent="doors", external_id="ext-1")["id"]
+    assert journal.lease(settled).json()["epoch"] == epoch
+    journal.write_step(settled, epoch, 0)
+    _, scoped_token = worker_token_create(name="doors-only", agents=["doors"])
 
     served = APIClient().get("/api/v1/schema/?format=json")
     assert served.status_code == 200
     schema = schemathesis.openapi.from_dict(json.loads(served.content))
     factory = APIRequestFactory()
     known = {op: _request_fields(json.loads(served.content), op) for op in OPERATIONS}
-    authorization = f"Bearer {worker_token}"
+    tokens = {False: f"Bearer {worker_token}", True: f"Bearer {scoped_token}"}
     seen: Counter[str] = Counter()
 
-    def both_doors(call: str, view: Any, body: Any, target: str, index: int | None) -> None:
+    def both_doors(
+        call: str, view: Any, body: Any, target: str, index: int | None, scoped: bool = False
+    ) -> None:
         raw = json.dumps(body).encode()
-        path = f"/api/v1/runs/{target}/{call}"
+        authorization = tokens[scoped]
+        path = "/api/v1/runs/" if call == "create" else f"/api/v1/runs/{target}/{call}"
+        run = None if call == "create" else UUID(target)
 
         def lean() -> tuple[int, Any] | None:
             try:
-                hot = answer(
-                    call, run_id=UUID(target), index=index, body=raw, authorization=authorization
-                )
+                hot = answer(call, run_id=run, index=index, body=raw, authorization=authorization)
             except Decline:
                 return None
             return hot.status, json.loads(hot.body)
@@ -167,7 +197,9 @@ def test_the_lean_path_never_accepts_what_the_serializer_refuses_and_answers_as_
             request = factory.post(
                 path, raw, content_type="application/json", HTTP_AUTHORIZATION=authorization
             )
-            kwargs = {"run_id": target} if index is None else {"run_id": target, "index": index}
+            kwargs: dict[str, Any] = {} if run is None else {"run_id": target}
+            if index is not None:
+                kwargs["index"] = index
             response = view.as_view()(request, **kwargs)
             response.render()
             return response.status_code, json.loads(response.content)
@@ -178,13 +210,14 @@ def test_the_lean_path_never_accepts_what_the_serializer_refuses_and_answers_as_
             seen["declined"] += 1
             return
         seen[f"lean {by_lean[0]}"] += 1
-        if by_lean[1].get("error", {}).get("code") == "budget_exceeded":
+        seen[f"{call} lean {by_lean[0] // 100}xx"] += 1
+        if by_lean[0] >= 400 and by_lean[1]["error"]["code"] == "budget_exceeded":
             seen["budget stop"] += 1
-        where = f"{call} {body!r} (run {target}, index {index})"
+        where = f"{call} {body!r} (run {target}, index {index}, scoped token {scoped})"
         assert not (200 <= by_lean[0] < 300 and by_drf[0] >= 300), (
             f"the lean path accepted what the serializer refuses: {where}: {by_drf}"
         )
-        assert (by_lean[0], _times_aside(by_lean[1])) == (by_drf[0], _times_aside(by_drf[1])), where
+        assert _new_run_id_aside(call, by_lean) == _new_run_id_aside(call, by_drf), where
 
     fields = st.sampled_from(sorted(MUTATIONS)).flatmap(
         lambda f: st.tuples(st.just(f), st.sampled_from(MUTATIONS[f]))
@@ -209,24 +242,41 @@ def test_the_lean_path_never_accepts_what_the_serializer_refuses_and_answers_as_
             mutation=st.none() | fields,
             unknown_run=st.integers(0, 9),
             other_run=st.uuids(),
+            scoped=st.booleans(),
+            agent=st.sampled_from(["doors", "doors", "elsewhere"]),
+            external_id=st.sampled_from([None, "ext-1", "ext-new"]),
         )
         def check(
-            case: Any, steer: bool, index: int, mutation: Any, unknown_run: int, other_run: Any
+            case: Any,
+            steer: bool,
+            index: int,
+            mutation: Any,
+            unknown_run: int,
+            other_run: Any,
+            scoped: bool,
+            agent: str,
+            external_id: str | None,
         ) -> None:
             body = case.body
             assume(case.media_type == "application/json" and not isinstance(body, bytes))
             if steer and isinstance(body, dict):  # the real run's epoch and steps, a
                 # JSON object for `arguments`, no keys the schema does not name
                 body = _cleaned(body, known[operation_id])
-                body["epoch"] = epoch
+                if call == "create":  # an agent with a policy or not; an id that attaches
+                    body.update(agent=agent, external_id=external_id)
+                else:
+                    body["epoch"] = epoch
                 if call == "intent":
                     body["index"] = index
                     body["invoke"] = False  # (mutations still try it; no tool is named)
                     if not isinstance(body.get("arguments"), dict):
                         body["arguments"] = {"q": body.get("arguments")}
             mutated = body if mutation is None else _mutate(body, known[operation_id], *mutation)
-            target = str(other_run) if unknown_run == 0 else run_id  # (paths route UUIDs only)
-            both_doors(call, view, mutated, target, index if call == "outcome" else None)
+            # (paths route UUIDs only); complete and fail: a run with a write open, or none
+            target = str(other_run) if unknown_run == 0 else run_id
+            if call in ("complete", "fail") and unknown_run % 2:
+                target = settled
+            both_doors(call, view, mutated, target, index if call == "outcome" else None, scoped)
 
         check()
 
@@ -242,16 +292,24 @@ def test_the_lean_path_never_accepts_what_the_serializer_refuses_and_answers_as_
         "outcome": {"epoch": epoch, "status": "ok", "result": {"r": 1}, "usage": usage},
         "heartbeat": {"epoch": epoch},
         "lease": {"worker": "w-2", "ttl_seconds": 30},
+        "create": {"agent": "doors", "input": {"q": 1}, "external_id": "ext-2"},
+        "complete": {"epoch": epoch, "output": {"answer": 42}},
+        "fail": {"epoch": epoch, "error": {"why": "gave up"}},
     }  # fmt: skip
     for operation_id, (call, view) in OPERATIONS.items():
+        target = settled if call in ("complete", "fail") else run_id
         for field, values in MUTATIONS.items():
             for value in values:
                 mutated = _mutate(valid[call], known[operation_id], field, value)
                 if mutated != valid[call]:
-                    both_doors(call, view, mutated, run_id, 1 if call == "outcome" else None)
+                    for scoped in (False, True) if call == "create" else (False,):
+                        index = 1 if call == "outcome" else None
+                        both_doors(call, view, mutated, target, index, scoped)
 
     print(f"\ndoors: {dict(sorted(seen.items()))}")
     # the comparison was made where it matters: accepted calls, refusals and budget stops
     assert sum(n for k, n in seen.items() if k.startswith("lean 2")) >= 20, seen
     assert sum(n for k, n in seen.items() if k.startswith("lean 4")) >= 20, seen
     assert seen["budget stop"] > 0 and seen["declined"] > 0, seen
+    for call in ("create", "complete", "fail"):  # each new lean call, accepted and refused
+        assert seen[f"{call} lean 2xx"] >= 5 and seen[f"{call} lean 4xx"] >= 5, seen

@@ -121,8 +121,20 @@ def test_through_gunicorn_the_lean_path_answers_steps_and_hands_bad_input_to_the
         assert unknown.status_code == 401
         assert unknown.json()["error"]["code"] == "authentication_failed"
 
+        # create and complete too; a bad agent name gets the DRF view's field errors
+        bad = http.post("/api/v1/runs/", json={"agent": "a b", "input": {}})
+        assert bad.status_code == 400 and "agent" in bad.json()["error"]["details"]
+        attached = http.post("/api/v1/runs/", json={"agent": "hot", "external_id": "x-1"})
+        again = http.post("/api/v1/runs/", json={"agent": "hot", "external_id": "x-1"})
+        assert (attached.status_code, again.status_code) == (201, 200)
+        assert attached.json()["input"] == {} and again.json()["id"] == attached.json()["id"]
+        done = http.post(f"/api/v1/runs/{run_id}/complete", json={"epoch": epoch, "output": 1})
+        assert done.status_code == 200 and done.json()["status"] == "completed"
+        assert done.headers["X-Frame-Options"] == "DENY"
+
     assert Step.objects.filter(run_id=run_id).count() == 1
-    assert Event.objects.filter(run_id=run_id).count() == 4  # created, lease, intent, done
+    # created, lease, intent, done, completed
+    assert Event.objects.filter(run_id=run_id).count() == 5
     assert run_chain_breaks(Run.objects.get(pk=run_id)) == []
 
 
@@ -180,3 +192,44 @@ def test_after_a_django_request_the_wsgi_door_sends_no_health_check_before_its_s
     assert json.loads(b"".join(chunks))["epoch"] == 1
     assert len(sql) == 1 and "ledger_lease" in sql[0] and "runs_workertoken" in sql[0]
     assert health_checks == []
+
+
+def test_create_and_complete_check_the_token_in_their_first_statement(
+    transactional_db: Any, api: APIClient, worker_token: str
+) -> None:
+    """On the lean path too: a token revoked by another node writes nothing, on the next call."""
+    from django.utils import timezone
+
+    from runs.authentication import hash_token
+    from runs.models import WorkerToken
+
+    journal = JournalClient(api)
+    journal.create()  # this process now knows who the token is
+    created, create_sql = statements(lambda: journal.create(agent="support", external_id="e-1"))
+    run_id = created["id"]
+    epoch = journal.lease(run_id).json()["epoch"]
+    finish = {"epoch": epoch, "output": {"answer": 42}}
+    # the token's liveness rides on the call's first statement, and is read nowhere else
+    assert "FROM runs_workertoken WHERE token_hash" in create_sql[0]
+    assert not any("runs_workertoken" in s for s in create_sql[1:])
+
+    # revoked by another node: this process still remembers who the token is
+    WorkerToken.objects.filter(token_hash=hash_token(worker_token)).update(
+        revoked_at=timezone.now()
+    )
+    done = api.post(f"/api/v1/runs/{run_id}/complete", finish)
+    again = api.post("/api/v1/runs/", {"agent": "support", "input": {}})
+
+    assert (done.status_code, again.status_code) == (401, 401)
+    assert Run.objects.get(pk=run_id).status == "running"  # the lock and the check rolled back
+    assert Run.objects.count() == 2
+    WorkerToken.objects.filter(token_hash=hash_token(worker_token)).update(revoked_at=None)
+    assert api.post(f"/api/v1/runs/{run_id}/heartbeat", {"epoch": epoch}).status_code == 200
+    completed, complete_sql = statements(
+        lambda: api.post(f"/api/v1/runs/{run_id}/complete", finish)
+    )
+    assert completed.status_code == 200 and completed.json()["status"] == "completed"
+    first, *rest = [s for s in complete_sql if s != "BEGIN"]  # in the transaction that locks
+    assert "FOR UPDATE" in first and "FROM runs_workertoken WHERE token_hash" in first
+    assert not any("runs_workertoken" in s for s in rest)
+    assert run_chain_breaks(Run.objects.get(pk=run_id)) == []
