@@ -33,6 +33,7 @@ from django.db import (
     connections,
 )
 from django.http import HttpRequest, HttpResponse
+from django.urls.converters import UUIDConverter
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import APIException
 
@@ -226,9 +227,8 @@ def hot_view(call: str, drf_view: Callable[..., Any]) -> Callable[..., Any]:
 
 # --- door 2: in front of Django (gunicorn, runserver) ---------------------------------------
 
-_UUID = (
-    r"(?P<run_id>[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12})"
-)
+# Django's own <uuid:> pattern: a path the URLconf would 404 is Django's to answer here too
+_UUID = rf"(?P<run_id>{UUIDConverter.regex})"
 _ROUTES = [
     (re.compile(rf"^/api/v1/runs/{_UUID}/steps/$"), "intent"),
     (re.compile(r"^/api/v1/runs/$"), "create"),

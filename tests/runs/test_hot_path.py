@@ -233,3 +233,33 @@ def test_create_and_complete_check_the_token_in_their_first_statement(
     assert "FOR UPDATE" in first and "FROM runs_workertoken WHERE token_hash" in first
     assert not any("runs_workertoken" in s for s in rest)
     assert run_chain_breaks(Run.objects.get(pk=run_id)) == []
+
+
+@pytest.mark.parametrize("spelling", [str.upper, lambda run_id: run_id.replace("-", "")])
+def test_the_wsgi_door_leaves_a_run_id_django_would_not_route_to_django(
+    transactional_db: Any, api: APIClient, worker_token: str, spelling: Any
+) -> None:
+    """The URLconf's <uuid:> takes lower-case, hyphenated ids only; the door answers no path the
+    API would 404, so both doors agree on which run ids exist."""
+    run_id = JournalClient(api).create()["id"]
+    body = json.dumps({"epoch": 1, "output": "done"}).encode()
+    declined: list[str] = []
+
+    def django_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        declined.append(environ["PATH_INFO"])
+        start_response("404 Not Found", [])
+        return [b""]
+
+    path = f"/api/v1/runs/{spelling(run_id)}/complete"
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": path,
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_AUTHORIZATION": f"Bearer {worker_token}",
+        "wsgi.input": io.BytesIO(body),
+    }
+    HotPathWSGI(django_app)(environ, lambda *_: None)
+
+    assert declined == [path]
+    assert api.post(path, body, content_type="application/json").status_code == 404
