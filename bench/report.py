@@ -97,6 +97,7 @@ def write_report(results: Results, path: Path) -> None:
         "scaling",
         "console",
         "nodes",
+        "integrations",
         "profile",
     ]:
         names = results.part_figures.get(part, [])
