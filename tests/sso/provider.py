@@ -5,11 +5,14 @@ $AGENTLEDGER_OIDC_CACHE (default ~/.cache/agentledger-oidc), so a clean CI machi
 the npm registry gets it on the first run; a test run never writes into the checkout.
 """
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.processes import free_port, spawn, stop_process, wait_for_http
+from tests.processes import LOGS, free_port, spawn, stop_process, wait_for_http
 
 OIDC_PROVIDER_VERSION = "9.13.3"
 SCRIPT = Path(__file__).with_name("oidc_provider.mjs")
@@ -76,22 +79,44 @@ class OidcProvider:
 
 @contextmanager
 def oidc_provider(redirect_uri: str, users: dict[str, Any]) -> Iterator[OidcProvider]:
+    """A provider listening on a port of its own. A start that does not answer within 30 s is
+    given up and started once more on another port: on loaded CI runs the provider twice printed
+    its first start-up line and then did not listen for 30 s, while the same script starts in
+    under a second here. The stalled process writes a Node diagnostic report (its JS and native
+    stacks) beside its log before it is stopped, so the next such stall can be read."""
     modules = node_modules()
-    port = free_port()
-    env = {
-        **os.environ,
-        "OIDC_NODE_MODULES": str(modules),
-        "OIDC_PORT": str(port),
-        "OIDC_PATH": ISSUER_PATH,
-        "OIDC_CLIENT_ID": CLIENT_ID,
-        "OIDC_CLIENT_SECRET": CLIENT_SECRET,
-        "OIDC_REDIRECT_URI": redirect_uri,
-        "OIDC_USERS": json.dumps(users),
-    }
-    proc = spawn(["node", str(SCRIPT)], log_name=f"oidc-provider-{port}", env=env)
-    try:
+    for attempt in (1, 2):
+        port = free_port()
+        env = {
+            **os.environ,
+            "OIDC_NODE_MODULES": str(modules),
+            "OIDC_PORT": str(port),
+            "OIDC_PATH": ISSUER_PATH,
+            "OIDC_CLIENT_ID": CLIENT_ID,
+            "OIDC_CLIENT_SECRET": CLIENT_SECRET,
+            "OIDC_REDIRECT_URI": redirect_uri,
+            "OIDC_USERS": json.dumps(users),
+        }
+        node = ["node", "--report-on-signal", f"--report-directory={LOGS}", str(SCRIPT)]
+        proc = spawn(node, log_name=f"oidc-provider-{port}", env=env)
         provider = OidcProvider(port, users)
-        wait_for_http(f"{provider.control}/health", proc=proc, timeout=30)
-        yield provider
-    finally:
-        stop_process(proc)
+        try:
+            wait_for_http(f"{provider.control}/health", proc=proc, timeout=30)
+        except TimeoutError:
+            _report_and_stop(proc)
+            if attempt == 2:
+                raise
+            continue
+        try:
+            yield provider
+        finally:
+            stop_process(proc)
+        return
+
+
+def _report_and_stop(proc: subprocess.Popen[Any]) -> None:
+    """SIGUSR2: Node writes its diagnostic report (--report-on-signal), then it is stopped."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGUSR2)
+        time.sleep(2)
+    stop_process(proc)
