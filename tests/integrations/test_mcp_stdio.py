@@ -30,7 +30,9 @@ async def list_tools(ctx, params):
 async def call_tool(ctx, params):
     print("stray print", flush=True)
     os.write(1, b"stray write\\n")
-    text = str((params.arguments or {}).get("text", ""))
+    arguments = params.arguments or {}
+    await asyncio.sleep(float(arguments.get("seconds", 0)))
+    text = str(arguments.get("text", ""))
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 asyncio.run(stdio.serve_on_stdio(Server("echo", on_list_tools=list_tools, on_call_tool=call_tool)))
@@ -51,7 +53,11 @@ def test_over_pipes_stray_output_goes_to_stderr_and_stdout_is_restored_after() -
     assert server.proc.wait(timeout=30) == 0
 
 
-def test_a_file_on_stdin_is_served_through_the_sdks_threads(tmp_path: Path) -> None:
+def test_a_file_on_stdin_is_served_through_the_sdks_threads_and_every_request_answered(
+    tmp_path: Path,
+) -> None:
+    """The file ends before the slow call has answered: a file's end is not a client leaving,
+    so its calls are answered before the server stops."""
     hello = {
         "protocolVersion": "2025-06-18",
         "capabilities": {},
@@ -61,6 +67,12 @@ def test_a_file_on_stdin_is_served_through_the_sdks_threads(tmp_path: Path) -> N
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo"}},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "slow", "seconds": 0.5}},
+        },
     ]
     requests = tmp_path / "requests.jsonl"
     requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -76,6 +88,7 @@ def test_a_file_on_stdin_is_served_through_the_sdks_threads(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     *answers, after = done.stdout.splitlines()
     assert after == "after serving"
-    called = [json.loads(line) for line in answers if '"id":2' in line.replace(" ", "")]
-    assert called[0]["result"]["content"][0]["text"] == ""
+    called = {answer["id"]: answer for answer in map(json.loads, answers)}
+    assert called[2]["result"]["content"][0]["text"] == ""
+    assert called[3]["result"]["content"][0]["text"] == "slow"
     assert "stray print" in done.stderr and "stray write" in done.stderr

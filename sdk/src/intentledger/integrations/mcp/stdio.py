@@ -6,6 +6,10 @@ on the event loop. The MCP SDK's `stdio_server()` reads each line, writes and fl
 answer in a worker thread (three thread hand-offs per call, each a wake-up on a busy machine);
 anything else (a file, a terminal) takes that path. Either way, while serving, fd 0 reads the
 null device and fd 1 writes to stderr, so stray output cannot corrupt the wire.
+
+The end of a pipe is the client leaving (the MCP SDK then cancels the calls in flight); the end
+of a file or a terminal's Ctrl-D is the last request read, and every call read before it is
+answered before the server stops.
 """
 
 from __future__ import annotations
@@ -114,21 +118,65 @@ async def _pipe_stdio() -> AsyncIterator[tuple[Any, Any] | None]:
         os.close(wire_out)
 
 
+class _Unanswered:
+    """The ids of the requests read and not yet answered, to hold a file's end until they are."""
+
+    def __init__(self) -> None:
+        self.ids: set[types.RequestId] = set()
+        self.none_left = anyio.Event()
+        self.none_left.set()
+
+    def read(self, message: types.JSONRPCMessage) -> None:
+        if isinstance(message, types.JSONRPCRequest):
+            self.ids.add(message.id)
+            self.none_left = anyio.Event()
+        elif (
+            isinstance(message, types.JSONRPCNotification)
+            and message.method == "notifications/cancelled"
+        ):
+            self._settle((message.params or {}).get("requestId"))
+
+    def written(self, message: types.JSONRPCMessage) -> None:
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            self._settle(message.id)
+
+    def _settle(self, request_id: Any) -> None:
+        self.ids.discard(request_id)
+        if not self.ids:
+            self.none_left.set()
+
+
 async def serve_on_stdio(server: Server[Any]) -> None:
     async with _pipe_stdio() as pipes:
         streams = stdio_server(*pipes) if pipes is not None else stdio_server()
         async with streams as (raw_read, write_stream):
-            # a line that is not a JSON-RPC message gets a parse error (id null), not silence
             send, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+            unanswered = _Unanswered() if pipes is None else None  # a file's end waits for them
 
-            async def answer_malformed() -> None:
+            async def read_requests() -> None:
                 async with send:
                     async for item in raw_read:
-                        if isinstance(item, Exception):
+                        if isinstance(item, Exception):  # not JSON-RPC: an error, not silence
                             await write_stream.send(_parse_error(item))
-                        else:
-                            await send.send(item)
+                            continue
+                        if unanswered is not None:
+                            unanswered.read(item.message)
+                        await send.send(item)
+                    if unanswered is not None:
+                        await unanswered.none_left.wait()
 
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(answer_malformed)
-                await server.run(read_stream, write_stream, server.create_initialization_options())
+                tasks.start_soon(read_requests)
+                answers: Any = write_stream
+                if unanswered is not None:
+                    answers, answered = anyio.create_memory_object_stream[SessionMessage](0)
+                    tasks.start_soon(_write_noting, answered, write_stream, unanswered)
+                await server.run(read_stream, answers, server.create_initialization_options())
+
+
+async def _write_noting(answered: Any, write_stream: Any, unanswered: _Unanswered) -> None:
+    """Relays the server's answers to the wire, noting each request answered."""
+    async with write_stream, answered:
+        async for message in answered:
+            unanswered.written(message.message)
+            await write_stream.send(message)
