@@ -1,7 +1,7 @@
 """Reads other apps make of the journal: typed, so the coupling shows in the imports."""
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -37,6 +37,13 @@ class KeyStep:
     outcome_at: datetime | None
     run_status: str = ""
 
+    @classmethod
+    def journalled(cls, step: Step, *, run_epoch: int) -> "KeyStep":
+        """A step this process has just journalled under the run's lease (`run_epoch`); its
+        run's agent is left blank, as the caller has been let in already."""
+        own = {field: getattr(step, field) for field in _STEP_FIELDS}
+        return cls(**own, agent="", run_epoch=run_epoch)
+
     def found(self) -> dict[str, Any]:
         """What the gateway's refusals say was found under the key."""
         return {
@@ -46,6 +53,12 @@ class KeyStep:
             "arguments_hash": self.arguments_hash,
             "state": self.state,
         }
+
+
+# where a KeyStep's fields are read: its run's, through the step's run; the rest, the step's own
+_RUN_FIELDS = {"agent": "run__agent", "run_epoch": "run__epoch", "run_status": "run__status"}
+_STEP_FIELDS = [field.name for field in fields(KeyStep) if field.name not in _RUN_FIELDS]
+_KEY_STEP_COLUMNS = {**{field: field for field in _STEP_FIELDS}, **_RUN_FIELDS}
 
 
 def key_is_journal_shaped(key: str) -> bool:
@@ -61,36 +74,12 @@ def step_for_key(*, key: str) -> KeyStep | None:
         return None
     row = (
         Step.objects.filter(run_id=match[1], index=int(match[2]), idempotency_key=key)
-        .values(
-            "run_id",
-            "run__agent",
-            "run__epoch",
-            "run__status",
-            "index",
-            "name",
-            "arguments_hash",
-            "state",
-            "epoch",
-            "result",
-            "outcome_at",
-        )
+        .values(*_KEY_STEP_COLUMNS.values())
         .first()
     )
     if row is None:
         return None
-    return KeyStep(
-        run_id=row["run_id"],
-        agent=row["run__agent"],
-        run_epoch=row["run__epoch"],
-        index=row["index"],
-        name=row["name"],
-        arguments_hash=row["arguments_hash"],
-        state=row["state"],
-        epoch=row["epoch"],
-        result=row["result"],
-        outcome_at=row["outcome_at"],
-        run_status=row["run__status"],
-    )
+    return KeyStep(**{field: row[column] for field, column in _KEY_STEP_COLUMNS.items()})
 
 
 @dataclass(frozen=True)
