@@ -1,6 +1,5 @@
 """The worker API: one view per operation, thin callers of runs.services."""
 
-from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import (
@@ -18,7 +17,6 @@ from rest_framework.views import APIView
 from runs import contract, hotcalls, selectors
 from runs.access import run_check_visible
 from runs.api_errors import error_response
-from runs.authentication import actor_of
 from runs.constants import (
     BUDGET_LIMITS,
     RunRunner,
@@ -162,24 +160,45 @@ COMMON = (400, 401, 404, 413)
 # --- operations -----------------------------------------------------------------------------
 
 
-class RunCreateApi(APIView):
-    InputSerializer = contract.CREATE.serializer()
+def _by_serializer(shape: contract.Shape, data: Any) -> dict[str, Any]:
+    serializer = shape.serializer()(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data  # type: ignore[return-value]
 
-    @extend_schema(
-        operation_id="runs_create",
-        request=InputSerializer,
-        responses={
-            201: RunOutputSerializer,
-            200: RunOutputSerializer,
-            **_errors("validation_error", http=400, also=(401, 413)),
-            **_errors("agent_not_allowed: the token is limited to other agents", http=403),
-            **_errors("no_budget_policy: neither the agent's nor the default policy exists"),
-        },
-    )
-    def post(self, request: Request) -> Response:
-        data = _validated(self.InputSerializer, request)
-        return _hot_reply(hotcalls.create(payload=data, principal=request.user))
 
+def hot_call_api(
+    name: str, *, operation_id: str, responses: dict[int, Any], base: type[APIView] = APIView
+) -> type[APIView]:
+    """The DRF view of hot call `name` (runs.hotcalls), which the OpenAPI schema describes; the
+    lean path (runs.hotpath) answers the same call first, and leaves this view what it declines."""
+    request_serializer = hotcalls.CALLS[name].shape.serializer()
+
+    class HotCallApi(base):  # type: ignore[valid-type,misc]
+        @extend_schema(operation_id=operation_id, request=request_serializer, responses=responses)
+        def post(
+            self, request: Request, run_id: str | None = None, index: int | None = None
+        ) -> Response:
+            code, body = hotcalls.answer(
+                name,
+                principal=request.user,
+                run_id=run_id,
+                index=index,
+                data=request.data,
+                validate=_by_serializer,
+            )
+            return Response(body, status=code)
+
+    return HotCallApi
+
+
+def _made_or_found(serializer: type[serializers.Serializer]) -> dict[int, Any]:
+    """201 made by this call, 200 found as an earlier call made it: the same body."""
+    return {201: serializer, 200: serializer}
+
+
+# GET /api/v1/runs/; the URL's POST is RunCreateApi's, below (no docstring: it would describe
+# both operations in the schema)
+class RunListApi(APIView):
     class ListQuerySerializer(serializers.Serializer):
         agent = serializers.CharField(max_length=100, required=False)
         external_id = serializers.CharField(max_length=200, required=False)
@@ -212,6 +231,19 @@ class RunCreateApi(APIView):
         return Response(
             {"runs": [run_json(run) for run in page.runs], "next_cursor": page.next_cursor}
         )
+
+
+RunCreateApi = hot_call_api(
+    "create",
+    base=RunListApi,
+    operation_id="runs_create",
+    responses={
+        **_made_or_found(RunOutputSerializer),
+        **_errors("validation_error", http=400, also=(401, 413)),
+        **_errors("agent_not_allowed: the token is limited to other agents", http=403),
+        **_errors("no_budget_policy: neither the agent's nor the default policy exists"),
+    },
+)
 
 
 class RunDetailApi(APIView):
@@ -252,79 +284,55 @@ class RunDetailApi(APIView):
         return Response(run_json(run))
 
 
-def _hot_reply(reply: hotcalls.Reply) -> Response:
-    code, body = reply
-    return Response(body, status=code)
+@extend_schema_serializer(component_name="RunLeaseOutput")
+class RunLeaseOutputSerializer(serializers.Serializer):
+    run = RunOutputSerializer()
+    epoch = serializers.IntegerField()
+    expires_at = serializers.DateTimeField()
+    recovered = serializers.BooleanField()
+    journal = StepOutputSerializer(many=True)
 
 
-class RunLeaseApi(APIView):
-    InputSerializer = contract.LEASE.serializer()
-
-    @extend_schema_serializer(component_name="RunLeaseOutput")
-    class OutputSerializer(serializers.Serializer):
-        run = RunOutputSerializer()
-        epoch = serializers.IntegerField()
-        expires_at = serializers.DateTimeField()
-        recovered = serializers.BooleanField()
-        journal = StepOutputSerializer(many=True)
-
-    @extend_schema(
-        operation_id="runs_lease",
-        request=InputSerializer,
-        responses={
-            200: OutputSerializer,
-            **_errors("lease_held | needs_review | run_finished | budget_exceeded", also=COMMON),
-        },
-    )
-    def post(self, request: Request, run_id: str) -> Response:
-        run_check_visible(principal=request.user, run_id=run_id)
-        data = _validated(self.InputSerializer, request)
-        return _hot_reply(hotcalls.lease(run_id=run_id, payload=data, actor=actor_of(request)))
+RunLeaseApi = hot_call_api(
+    "lease",
+    operation_id="runs_lease",
+    responses={
+        200: RunLeaseOutputSerializer,
+        **_errors("lease_held | needs_review | run_finished | budget_exceeded", also=COMMON),
+    },
+)
 
 
-class RunHeartbeatApi(APIView):
-    @extend_schema_serializer(component_name="RunHeartbeatOutput")
-    class OutputSerializer(serializers.Serializer):
-        expires_at = serializers.DateTimeField(allow_null=True)
-        status = serializers.CharField()
-        epoch = serializers.IntegerField()
-
-    @extend_schema(
-        operation_id="runs_heartbeat",
-        request=EpochSerializer,
-        responses={200: OutputSerializer, **_errors("stale_epoch", also=COMMON)},
-    )
-    def post(self, request: Request, run_id: str) -> Response:
-        run_check_visible(principal=request.user, run_id=run_id)
-        data = _validated(EpochSerializer, request)
-        return _hot_reply(hotcalls.heartbeat(run_id=run_id, payload=data))
+@extend_schema_serializer(component_name="RunHeartbeatOutput")
+class RunHeartbeatOutputSerializer(serializers.Serializer):
+    expires_at = serializers.DateTimeField(allow_null=True)
+    status = serializers.CharField()
+    epoch = serializers.IntegerField()
 
 
-class StepIntentApi(APIView):
-    InputSerializer = contract.INTENT.serializer()
+RunHeartbeatApi = hot_call_api(
+    "heartbeat",
+    operation_id="runs_heartbeat",
+    responses={200: RunHeartbeatOutputSerializer, **_errors("stale_epoch", also=COMMON)},
+)
 
-    @extend_schema(
-        operation_id="runs_steps_create",
-        request=InputSerializer,
-        responses={
-            201: StepOutputSerializer,
-            200: StepOutputSerializer,
-            202: OpenApiResponse(
-                StepOutputSerializer,
-                description="The step is journalled and awaiting_approval: an approval rule "
-                "matched; it runs only after people approve it.",
-            ),
-            **_errors(
-                "stale_epoch | out_of_order | nondeterministic | budget_exceeded | needs_review | "
-                "run_finished | approval_denied | idempotency_in_progress (invoke)",
-                also=COMMON,
-            ),
-        },
-    )
-    def post(self, request: Request, run_id: str) -> Response:
-        run_check_visible(principal=request.user, run_id=run_id)
-        data = _validated(self.InputSerializer, request)
-        return _hot_reply(hotcalls.intent(run_id=run_id, payload=data, actor=actor_of(request)))
+StepIntentApi = hot_call_api(
+    "intent",
+    operation_id="runs_steps_create",
+    responses={
+        **_made_or_found(StepOutputSerializer),
+        202: OpenApiResponse(
+            StepOutputSerializer,
+            description="The step is journalled and awaiting_approval: an approval rule "
+            "matched; it runs only after people approve it.",
+        ),
+        **_errors(
+            "stale_epoch | out_of_order | nondeterministic | budget_exceeded | needs_review | "
+            "run_finished | approval_denied | idempotency_in_progress (invoke)",
+            also=COMMON,
+        ),
+    },
+)
 
 
 class StepDetailApi(APIView):
@@ -354,58 +362,32 @@ class StepDetailApi(APIView):
         return Response(step_json(step))
 
 
-class StepOutcomeApi(APIView):
-    InputSerializer = contract.OUTCOME.serializer()
-
-    @extend_schema_serializer(component_name="StepOutcomeOutput")
-    class OutputSerializer(serializers.Serializer):
-        step = StepOutputSerializer()
-        budget = BudgetSerializer()
-
-    @extend_schema(
-        operation_id="runs_steps_outcome",
-        request=InputSerializer,
-        responses={
-            200: OutputSerializer,
-            **_errors("stale_epoch | outcome_conflict | budget_exceeded", also=COMMON),
-        },
-    )
-    def post(self, request: Request, run_id: str, index: int) -> Response:
-        run_check_visible(principal=request.user, run_id=run_id)
-        data = _validated(self.InputSerializer, request)
-        reply = hotcalls.outcome(run_id=run_id, index=index, payload=data, actor=actor_of(request))
-        return _hot_reply(reply)
+@extend_schema_serializer(component_name="StepOutcomeOutput")
+class StepOutcomeOutputSerializer(serializers.Serializer):
+    step = StepOutputSerializer()
+    budget = BudgetSerializer()
 
 
-def run_finish_api(verb: str, shape: contract.Shape, call: Callable[..., Any]) -> type[APIView]:
-    """The worker's last call on a run, operation `runs_<verb>`: its epoch and one JSON field
-    (runs.contract), answered with the run. Complete and fail are this one call."""
-    input_serializer = shape.serializer()
+StepOutcomeApi = hot_call_api(
+    "outcome",
+    operation_id="runs_steps_outcome",
+    responses={
+        200: StepOutcomeOutputSerializer,
+        **_errors("stale_epoch | outcome_conflict | budget_exceeded", also=COMMON),
+    },
+)
 
-    class RunFinishApi(APIView):
-        @extend_schema(
-            operation_id=f"runs_{verb}",
-            request=input_serializer,
-            responses={
-                200: RunOutputSerializer,
-                **_errors(
-                    "stale_epoch | needs_review (a write step still open went to review) | "
-                    "run_finished | budget_exceeded",
-                    also=COMMON,
-                ),
-            },
-        )
-        def post(self, request: Request, run_id: str) -> Response:
-            run_check_visible(principal=request.user, run_id=run_id)
-            data = _validated(input_serializer, request)
-            return _hot_reply(call(run_id=run_id, payload=data, actor=actor_of(request)))
-
-    RunFinishApi.__name__ = RunFinishApi.__qualname__ = f"Run{verb.title()}Api"
-    return RunFinishApi
-
-
-RunCompleteApi = run_finish_api("complete", contract.COMPLETE, hotcalls.complete)
-RunFailApi = run_finish_api("fail", contract.FAIL, hotcalls.fail)
+# a worker's last call on a run: its epoch and one JSON field (runs.contract), answered with it
+_FINISH_RESPONSES = {
+    200: RunOutputSerializer,
+    **_errors(
+        "stale_epoch | needs_review (a write step still open went to review) | "
+        "run_finished | budget_exceeded",
+        also=COMMON,
+    ),
+}
+RunCompleteApi = hot_call_api("complete", operation_id="runs_complete", responses=_FINISH_RESPONSES)
+RunFailApi = hot_call_api("fail", operation_id="runs_fail", responses=_FINISH_RESPONSES)
 
 
 class RunJournalApi(APIView):

@@ -38,11 +38,9 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import APIException
 
 from runs import contract, hotcalls
-from runs.access import run_check_visible
 from runs.api_errors import ApplicationError, StrictJSONParser
 from runs.authentication import (
     TokenRevoked,
-    WorkerPrincipal,
     principal_for,
     principal_known,
     token_live,
@@ -82,32 +80,6 @@ class HotAnswer:
     body: bytes
 
 
-def _call(
-    call: str, run_id: UUID | None, index: int | None, data: Any, principal: WorkerPrincipal
-) -> hotcalls.Reply:
-    """Validate from runs.contract (Decline: the DRF view answers), then the shared call."""
-    actor = str(principal)
-    if call == "create":
-        reply = hotcalls.create(payload=contract.CREATE.lean(data), principal=principal)
-    elif run_id is None:
-        raise Decline
-    elif call == "complete":
-        reply = hotcalls.complete(run_id=run_id, payload=contract.COMPLETE.lean(data), actor=actor)
-    elif call == "fail":
-        reply = hotcalls.fail(run_id=run_id, payload=contract.FAIL.lean(data), actor=actor)
-    elif call == "intent":
-        reply = hotcalls.intent(run_id=run_id, payload=contract.INTENT.lean(data), actor=actor)
-    elif call == "outcome":
-        assert index is not None
-        payload = contract.OUTCOME.lean(data)
-        reply = hotcalls.outcome(run_id=run_id, index=index, payload=payload, actor=actor)
-    elif call == "heartbeat":
-        reply = hotcalls.heartbeat(run_id=run_id, payload=contract.HEARTBEAT.lean(data))
-    else:
-        reply = hotcalls.lease(run_id=run_id, payload=contract.LEASE.lean(data), actor=actor)
-    return reply
-
-
 def _refusal(error: ApplicationError) -> HotAnswer:
     return HotAnswer(error.status_code, _dumps(error.body()))
 
@@ -135,9 +107,14 @@ def answer(
     with step_call(call, run_id=run_id, index=step if isinstance(step, int) else None) as seen:
         try:
             with token_live(principal) if guarded else nullcontext():
-                if run_id is not None:
-                    run_check_visible(principal=principal, run_id=run_id)
-                code, reply = _call(call, run_id, index, data, principal)
+                code, reply = hotcalls.answer(
+                    call,
+                    principal=principal,
+                    run_id=run_id,
+                    index=index,
+                    data=data,
+                    validate=contract.Shape.lean,  # Decline: the DRF view answers
+                )
             if run_id is None:
                 seen.name_run(reply["id"])  # the run it created or attached to
             return HotAnswer(code, _dumps(reply))

@@ -82,13 +82,8 @@ class InProcessTransport:
 
     def create_run(self, *, agent: str, input: Any, external_id: str | None) -> dict[str, Any]:
         body = {"agent": agent, "input": input, "external_id": external_id}
-
-        def create(principal: WorkerPrincipal) -> dict[str, Any]:
-            data = _fields(contract.CREATE, body)
-            return hotcalls.create(payload=data, principal=principal)[1]
-
         # without an external id a repeat after a lost commit would make a second run
-        return self._call(create, idempotent=external_id is not None, one_statement=True)
+        return self._hot("create", None, body, idempotent=external_id is not None)
 
     def get_run(self, run_id: str, *, wait: int | None = None) -> dict[str, Any]:
         def get(principal: WorkerPrincipal) -> dict[str, Any]:
@@ -117,7 +112,7 @@ class InProcessTransport:
         def find(principal: WorkerPrincipal) -> list[dict[str, Any]]:
             # a query string, as the API reads one (an empty parameter is no filter)
             params = QueryDict(urlencode(query))
-            data = _validated(apis.RunCreateApi.ListQuerySerializer, params)
+            data = _validated(apis.RunListApi.ListQuerySerializer, params)
             page = selectors.runs_find(principal=principal, **data)
             return [run_json(run) for run in page.runs]
 
@@ -135,65 +130,45 @@ class InProcessTransport:
         return self._call(journal)
 
     def lease(self, run_id: str, *, worker: str, ttl_seconds: int) -> dict[str, Any]:
-        body = {"worker": worker, "ttl_seconds": ttl_seconds}
-
-        def lease(principal: WorkerPrincipal) -> dict[str, Any]:
-            run_check_visible(principal=principal, run_id=run_id)
-            data = _fields(contract.LEASE, body)
-            return hotcalls.lease(run_id=run_id, payload=data, actor=str(principal))[1]
-
-        return self._call(lease, one_statement=True)
+        return self._hot("lease", run_id, {"worker": worker, "ttl_seconds": ttl_seconds})
 
     def heartbeat(self, run_id: str, *, epoch: int) -> dict[str, Any]:
-        def beat(principal: WorkerPrincipal) -> dict[str, Any]:
-            run_check_visible(principal=principal, run_id=run_id)
-            data = _fields(contract.HEARTBEAT, {"epoch": epoch})
-            return hotcalls.heartbeat(run_id=run_id, payload=data)[1]
-
-        return self._call(beat, one_statement=True)
+        return self._hot("heartbeat", run_id, {"epoch": epoch})
 
     def run_complete(self, run_id: str, *, epoch: int, output: Any) -> dict[str, Any]:
-        body = {"epoch": epoch, "output": output}
-        return self._finish(run_id, contract.COMPLETE, hotcalls.complete, body)
+        return self._hot("complete", run_id, {"epoch": epoch, "output": output})
 
     def run_fail(self, run_id: str, *, epoch: int, error: Any) -> dict[str, Any]:
-        body = {"epoch": epoch, "error": error}
-        return self._finish(run_id, contract.FAIL, hotcalls.fail, body)
+        return self._hot("fail", run_id, {"epoch": epoch, "error": error})
 
-    def _finish(
+    def _hot(
         self,
-        run_id: str,
-        shape: contract.Shape,
-        finish: Callable[..., hotcalls.Reply],
+        name: str,
+        run_id: str | None,
         body: dict[str, Any],
+        *,
+        index: int | None = None,
+        idempotent: bool = True,
+        one_statement: bool = True,
     ) -> dict[str, Any]:
-        def call(principal: WorkerPrincipal) -> dict[str, Any]:
-            run_check_visible(principal=principal, run_id=run_id)
-            data = _fields(shape, body)
-            return finish(run_id=run_id, payload=data, actor=str(principal))[1]
+        """Hot call `name` (runs.hotcalls), validated as the HTTP doors validate it."""
 
-        return self._call(call, one_statement=True)
+        def call(principal: WorkerPrincipal) -> dict[str, Any]:
+            code_and_body = hotcalls.answer(
+                name, principal=principal, run_id=run_id, index=index, data=body, validate=_fields
+            )
+            return code_and_body[1]
+
+        return self._call(call, idempotent=idempotent, one_statement=one_statement)
 
     # --- steps ----------------------------------------------------------------------------
 
     def step_record(self, run_id: str, intent: StepIntent) -> dict[str, Any]:
-        def record(principal: WorkerPrincipal) -> dict[str, Any]:
-            run_check_visible(principal=principal, run_id=run_id)
-            data = _fields(contract.INTENT, intent.body())
-            return hotcalls.intent(run_id=run_id, payload=data, actor=str(principal))[1]
-
-        return self._call(record, one_statement=not intent.invoke)
+        return self._hot("intent", run_id, intent.body(), one_statement=not intent.invoke)
 
     def step_outcome(self, run_id: str, outcome: StepOutcome, *, epoch: int) -> dict[str, Any]:
-        def record(principal: WorkerPrincipal) -> dict[str, Any]:
-            run_check_visible(principal=principal, run_id=run_id)
-            data = _fields(contract.OUTCOME, outcome.body(epoch=epoch))
-            payload = hotcalls.outcome(
-                run_id=run_id, index=outcome.index, payload=data, actor=str(principal)
-            )
-            return payload[1]
-
-        return self._call(record, one_statement=True)
+        body = outcome.body(epoch=epoch)
+        return self._hot("outcome", run_id, body, index=outcome.index)
 
     def step_wait(self, run_id: str, index: int, *, wait: int) -> dict[str, Any]:
         def get(principal: WorkerPrincipal) -> dict[str, Any]:
