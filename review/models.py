@@ -95,17 +95,12 @@ class Escalation(models.Model):
     recipients = models.JSONField(default=list)
 
     class Meta:
+        # one per step, and one per run waiting for review without a step (its step null):
+        # NULLS NOT DISTINCT makes (run, null) one value
         constraints = [
             models.UniqueConstraint(
-                fields=["step", "run"],
-                condition=Q(step__isnull=False),
-                name="escalation_once_per_step",
-            ),
-            models.UniqueConstraint(
-                fields=["run"],
-                condition=Q(step__isnull=True),
-                name="escalation_once_per_review_run",
-            ),
+                fields=["run", "step"], nulls_distinct=False, name="escalation_once_per_item"
+            )
         ]
 
     def __str__(self) -> str:

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 from django.contrib.messages import get_messages
 from django.contrib.sessions.models import Session
+from django.db import IntegrityError, transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -341,3 +342,19 @@ def test_beat_task_escalates_through_the_service(groups, settings, mailoutbox, m
     monkeypatch.setattr(clock, "now", lambda: later)
     assert escalate_waiting_items() == 1  # called directly: a task is a thin caller
     assert len(mailoutbox) == 1
+
+
+@pytest.mark.django_db
+def test_the_database_escalates_a_step_once_and_a_run_waiting_without_a_step_once(groups):
+    """The no-repeat rule is the database's: two beats racing each insert; one wins."""
+    waiting = killed_support_run()
+    now = clock.now()
+    Escalation.objects.create(step=waiting.step, run=waiting.run, sent_at=now)
+    Escalation.objects.create(run=waiting.run, sent_at=now)  # the run itself: another item
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Escalation.objects.create(step=waiting.step, run=waiting.run, sent_at=now)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Escalation.objects.create(run=waiting.run, sent_at=now)
+    other = killed_support_run(external_id="T-2")
+    Escalation.objects.create(run=other.run, sent_at=now)  # another run is escalated once too
+    assert Escalation.objects.count() == 3
