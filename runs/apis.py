@@ -148,22 +148,10 @@ def _errors(
     return responses
 
 
-def _validated(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data  # type: ignore[return-value]
-
-
 COMMON = (400, 401, 404, 413)
 
 
 # --- operations -----------------------------------------------------------------------------
-
-
-def _by_serializer(shape: contract.Shape, data: Any) -> dict[str, Any]:
-    serializer = shape.serializer()(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data  # type: ignore[return-value]
 
 
 def hot_call_api(
@@ -184,7 +172,7 @@ def hot_call_api(
                 run_id=run_id,
                 index=index,
                 data=request.data,
-                validate=_by_serializer,
+                validate=contract.Shape.validated,
             )
             return Response(body, status=code)
 

@@ -272,6 +272,12 @@ class Shape:
             raise Decline
         return valid
 
+    def validated(self, data: Any) -> dict[str, Any]:
+        """The validated payload by the DRF serializer: a 400 with each field's error."""
+        serializer = self.serializer()(data=data)
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
+
     def serializer(self) -> type[serializers.Serializer]:
         """The DRF serializer of this shape (one class per shape: one schema component)."""
         if not self._built:

@@ -302,7 +302,7 @@ def _fields(shape: contract.Shape, body: dict[str, Any]) -> dict[str, Any]:
     try:
         return shape.lean(data)
     except contract.Decline:
-        return _validated(shape.serializer(), data)
+        return shape.validated(data)
 
 
 def _as_ledger_error(exc: Exception) -> LedgerError | None:
