@@ -52,6 +52,7 @@ class ExportFilters:
     agent: str | None = None
     status: str | None = None
     run_id: UUID | None = None
+    agents: tuple[str, ...] = ()  # any of these agents (the evidence pack's --agent A...)
 
     def queryset(self) -> QuerySet[Run]:
         runs = Run.objects.all()
@@ -68,10 +69,16 @@ class ExportFilters:
             runs = runs.filter(status=self.status)
         if self.run_id:
             runs = runs.filter(pk=self.run_id)
+        if self.agents:
+            runs = runs.filter(agent__in=self.agents)
         return runs
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: (str(v) if v is not None else None) for k, v in asdict(self).items()}
+        values: dict[str, Any] = {
+            k: (str(v) if v is not None else None) for k, v in asdict(self).items()
+        }
+        values["agents"] = list(self.agents) or None
+        return values
 
 
 def export_filters_parse(
@@ -81,6 +88,7 @@ def export_filters_parse(
     agent: str | None = None,
     status: str | None = None,
     run_id: str | None = None,
+    agents: list[str] | tuple[str, ...] = (),
 ) -> ExportFilters:
     """Validate filters typed by a person (form, command line); every problem is reported."""
     errors: dict[str, list[str]] = {}
@@ -102,6 +110,9 @@ def export_filters_parse(
         errors["status"] = [f"One of {', '.join(RunStatus.values)}."]
     if agent is not None and len(agent) > 100:
         errors["agent"] = ["At most 100 characters."]
+    named = tuple(sorted({a.strip() for a in agents if a and a.strip()}))
+    if any(len(a) > 100 for a in named):
+        errors["agents"] = ["At most 100 characters each."]
     parsed_run: UUID | None = None
     if run_id:
         try:
@@ -118,6 +129,7 @@ def export_filters_parse(
         agent=(agent or "").strip() or None,
         status=status or None,
         run_id=parsed_run,
+        agents=named,
     )
 
 
@@ -481,6 +493,7 @@ def _filters_from_job(job: ExportJob) -> ExportFilters:
         agent=f.get("agent"),
         status=f.get("status"),
         run_id=f.get("run_id"),
+        agents=f.get("agents") or (),
     )
 
 

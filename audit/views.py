@@ -21,6 +21,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from audit.checkpoints import alert_acknowledge, checkpoint_create
+from audit.evidence_verify import key_fingerprint
 from audit.exports import (
     ExportFilters,
     export_content_type,
@@ -173,9 +174,10 @@ def checkpoints(request: HttpRequest) -> HttpResponse:
     try:
         public_key = public_key_text(signing_public_key())
         key_id = signing_key_id()
+        fingerprint = key_fingerprint(signing_public_key())
         key_error = ""
     except Exception as exc:  # an unset key is shown, not a 500
-        public_key, key_id, key_error = "", "", str(exc)
+        public_key, key_id, fingerprint, key_error = "", "", "", str(exc)
     return render(
         request,
         "audit/checkpoints.html",
@@ -184,6 +186,7 @@ def checkpoints(request: HttpRequest) -> HttpResponse:
             "alerts": ChainAlert.objects.all()[:30],
             "public_key": public_key,
             "key_id": key_id,
+            "fingerprint": fingerprint,
             "key_error": key_error,
             "is_admin": is_admin(request.user),
             "ack_form": AcknowledgeForm(),

@@ -46,8 +46,8 @@ def _partitions() -> set[str]:
 
 
 def test_old_finished_runs_are_purged_after_a_checkpoint_and_leave_a_tombstone(db: Any) -> None:
-    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
-    old = _created(days_ago=120)
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=200)
+    old = _created(days_ago=320)
     old_done = runs_bulk_create(runs=4, steps_per_run=2, status="completed", created_at=old)
     old_failed = runs_bulk_create(runs=2, steps_per_run=1, status="failed", created_at=old)
     recent = runs_bulk_create(runs=3, steps_per_run=1, status="completed")
@@ -91,8 +91,8 @@ def test_nothing_is_purged_while_the_policy_is_off(db: Any) -> None:
 
 
 def test_a_broken_chain_stops_the_purge(db: Any) -> None:
-    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=1)
-    ids = runs_bulk_create(runs=3, steps_per_run=1, created_at=_created(days_ago=70))
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=190)
+    ids = runs_bulk_create(runs=3, steps_per_run=1, created_at=_created(days_ago=270))
     with connection.cursor() as cursor:
         cursor.execute("SET session_replication_role = replica")
         cursor.execute(
@@ -110,14 +110,14 @@ def test_only_admins_set_the_policy_and_it_is_audited(client_for: Callable[[str]
     admin = client_for("admins")
     assert admin.get("/audit/retention/").status_code == 200
     assert admin.post("/audit/retention/", {"keep_days": "0"}).status_code == 400
-    response = admin.post("/audit/retention/", {"enabled": "on", "keep_days": "45"})
+    response = admin.post("/audit/retention/", {"enabled": "on", "keep_days": "245"})
     assert response.status_code == 302
     policy = RetentionPolicy.objects.get()
-    assert policy.enabled and policy.keep_days == 45 and policy.updated_by == "admins-user"
+    assert policy.enabled and policy.keep_days == 245 and policy.updated_by == "admins-user"
     entry = AuditEntry.objects.get(action="retention.update")
-    assert entry.details["to"] == {"enabled": True, "keep_days": 45}
+    assert entry.details["to"] == {"enabled": True, "keep_days": 245}
 
-    runs_bulk_create(runs=2, steps_per_run=1, created_at=_created(days_ago=100))
+    runs_bulk_create(runs=2, steps_per_run=1, created_at=_created(days_ago=300))
     admin.post("/audit/retention/", {"purge": "1"})
     assert Run.objects.count() == 0
     assert AuditEntry.objects.get(action="retention.purge").actor_name == "admins-user"
@@ -126,8 +126,8 @@ def test_only_admins_set_the_policy_and_it_is_audited(client_for: Callable[[str]
 def test_old_months_are_dropped_whole_and_runs_in_review_or_on_hold_are_moved_aside(
     db: Any,
 ) -> None:
-    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
-    old = _created(days_ago=100)
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=200)
+    old = _created(days_ago=300)
     gone = runs_bulk_create(runs=5, steps_per_run=3, status="completed", created_at=old)
     in_review = runs_bulk_create(runs=2, steps_per_run=3, status="needs_review", created_at=old)
     on_hold = runs_bulk_create(runs=1, steps_per_run=3, status="completed", created_at=old)
@@ -181,8 +181,8 @@ def _approved(run_ids: list[Any]) -> list[int]:
 def test_a_month_with_approvals_is_dropped_and_the_kept_runs_keep_theirs(db: Any) -> None:
     """PostgreSQL refuses to detach a partition whose steps an approval request references:
     the purged runs' requests go first, the kept runs' step aside and come back unchanged."""
-    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
-    old = _created(days_ago=100)
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=200)
+    old = _created(days_ago=300)
     gone = runs_bulk_create(runs=2, steps_per_run=2, status="completed", created_at=old)
     on_hold = runs_bulk_create(runs=2, steps_per_run=2, status="completed", created_at=old)
     Run.objects.filter(pk__in=on_hold).update(legal_hold=True)
@@ -216,8 +216,8 @@ def test_a_month_with_approvals_is_dropped_and_the_kept_runs_keep_theirs(db: Any
 
 
 def test_a_run_moved_aside_goes_row_by_row_once_it_may(db: Any) -> None:
-    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
-    on_hold = runs_bulk_create(runs=2, steps_per_run=2, created_at=_created(days_ago=100))
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=200)
+    on_hold = runs_bulk_create(runs=2, steps_per_run=2, created_at=_created(days_ago=300))
     Run.objects.filter(pk__in=on_hold).update(legal_hold=True)
     first = retention_purge()
     assert first.purged == 0 and first.kept == 2 and len(first.months_dropped) == 1
