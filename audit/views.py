@@ -35,6 +35,7 @@ from audit.permissions import can_export, is_admin
 from audit.retention import (
     legal_hold_change,
     retention_candidates,
+    retention_floor_days,
     retention_policy_get,
     retention_policy_update,
     retention_purge,
@@ -250,14 +251,18 @@ def retention(request: HttpRequest) -> HttpResponse:
             )
         return redirect("audit:retention")
     if request.method == "POST" and form.is_valid():
-        with transaction.atomic():
-            retention_policy_update(
-                user=request.user,
-                enabled=form.cleaned_data["enabled"],
-                keep_days=form.cleaned_data["keep_days"],
-            )
-        messages.success(request, "Retention policy saved.")
-        return redirect("audit:retention")
+        try:
+            with transaction.atomic():
+                retention_policy_update(
+                    user=request.user,
+                    enabled=form.cleaned_data["enabled"],
+                    keep_days=form.cleaned_data["keep_days"],
+                )
+        except ApplicationError as exc:
+            form.add_error("keep_days", exc.message)
+        else:
+            messages.success(request, "Retention policy saved.")
+            return redirect("audit:retention")
     purges = _recent_purges()
     return render(
         request,
@@ -266,6 +271,7 @@ def retention(request: HttpRequest) -> HttpResponse:
             "form": form,
             "policy": policy,
             "candidates": retention_candidates(),
+            "floor_days": retention_floor_days(),
             "purges": purges,
             "nav": "retention",
             "is_admin": True,

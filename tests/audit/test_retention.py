@@ -230,3 +230,60 @@ def test_a_run_moved_aside_goes_row_by_row_once_it_may(db: Any) -> None:
     assert list(Run.objects.values_list("pk", flat=True)) == [on_hold[1]]
     assert not Event.objects.filter(run_id=on_hold[0]).exists()
     assert run_chain_breaks(Run.objects.get(pk=on_hold[1])) == []
+
+
+def test_the_retention_floor_refuses_a_shorter_policy_and_says_why(
+    client_for: Callable[[str], Client],
+) -> None:
+    admin = client_for("admins")
+    page = admin.get("/audit/retention/").content.decode()
+    assert "Retention floor: 183 days." in page and "AUDIT_MIN_RETENTION_DAYS" in page
+
+    refused = admin.post("/audit/retention/", {"enabled": "on", "keep_days": "90"})
+
+    assert refused.status_code == 400
+    assert "AUDIT_MIN_RETENTION_DAYS is 183" in refused.content.decode()
+    assert RetentionPolicy.objects.get().keep_days == 365  # the default, unchanged
+    assert not AuditEntry.objects.filter(action="retention.update").exists()
+    assert admin.post("/audit/retention/", {"keep_days": "183"}).status_code == 302
+
+
+def test_no_purge_takes_a_run_younger_than_the_floor(db: Any, settings: Any) -> None:
+    """A policy saved under a lower floor (or a row edited by hand) still cannot purge younger
+    runs: the purge itself holds the floor, whoever starts it."""
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
+    young = runs_bulk_create(runs=3, steps_per_run=1, created_at=_created(days_ago=150))
+    old = runs_bulk_create(runs=2, steps_per_run=1, created_at=_created(days_ago=250))
+
+    result = retention_purge()
+
+    assert result.purged == 2 and not result.refused
+    assert set(Run.objects.values_list("pk", flat=True)) == set(young)
+    assert not Run.objects.filter(pk__in=old).exists()
+    # the operator may raise the floor: then nothing of these is young enough to go
+    settings.AUDIT_MIN_RETENTION_DAYS = 400
+    runs_bulk_create(runs=1, steps_per_run=1, created_at=_created(days_ago=300))
+    assert retention_purge().purged == 0
+
+
+def test_an_open_incident_holds_its_runs_until_it_is_closed(
+    db: Any, user_in: Callable[[str], Any]
+) -> None:
+    from audit.incidents import incident_open, incident_update
+
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=200)
+    ids = runs_bulk_create(runs=3, steps_per_run=1, created_at=_created(days_ago=300))
+    incident = incident_open(
+        user=user_in("auditors"),
+        run_ids=[ids[0]],
+        title="Wrong refund",
+        severity="serious",
+        aware_at=timezone.now(),
+    )
+
+    assert retention_purge().purged == 2
+    assert list(Run.objects.values_list("pk", flat=True)) == [ids[0]]
+    incident_update(user=user_in("admins"), incident_id=incident.pk, status="reported")
+    assert retention_purge().purged == 0  # reported is not closed: still held
+    incident_update(user=user_in("admins"), incident_id=incident.pk, status="closed")
+    assert retention_purge().purged == 1
