@@ -624,3 +624,44 @@ def evidence_scope_parse(
             "validation_error", "Invalid evidence pack scope.", status_code=400, details=errors
         )
     return PackScope(period_from=start, period_to=end, agents=named)
+
+
+def evidence_scope_of_job(filters: dict[str, Any]) -> PackScope:
+    return evidence_scope_parse(
+        period_from=filters["period_from"],
+        period_to=filters["period_to"],
+        agents=filters.get("agents") or (),
+    )
+
+
+def evidence_job_create(*, user: Any, scope: PackScope) -> Any:
+    """Queue an evidence pack as a background export job (progress and download as exports
+    have); the Celery task starts after this transaction commits. Audited."""
+    from django.db import transaction
+
+    from audit.models import ExportFormat, ExportJob
+    from audit.tasks import export_job_run_task
+    from review.audit import audit_record
+
+    signing_key_id()  # refuse now, not in the worker, when no key is set
+    filters = {
+        "period_from": scope.period_from.isoformat(),
+        "period_to": scope.period_to.isoformat(),
+        "agents": list(scope.agents),
+    }
+    with transaction.atomic():
+        job = ExportJob.objects.create(
+            created_by=user,
+            created_by_name=user.get_username(),
+            format=ExportFormat.EVIDENCE,
+            filters=filters,
+            total_runs=scope.runs().count(),
+        )
+        audit_record(
+            actor=user,
+            action="evidence.queue",
+            target=f"export:{job.pk}",
+            details={"filters": filters, "runs": job.total_runs},
+        )
+        export_job_run_task.delay_on_commit(str(job.pk))  # type: ignore[attr-defined]
+    return job

@@ -454,6 +454,8 @@ def export_stream(
 
 
 def export_content_type(format: str) -> str:
+    if format == ExportFormat.EVIDENCE:
+        return "application/zip"
     return "text/csv; charset=utf-8" if format == ExportFormat.CSV else "application/x-ndjson"
 
 
@@ -514,10 +516,20 @@ def export_job_run(*, job_id: UUID | str) -> ExportJob | None:
 
     try:
         with partial.open("wb") as handle, replica_reads():
-            for chunk in export_stream(
-                filters=_filters_from_job(job), format=job.format, progress=progress
-            ):
-                handle.write(chunk)
+            if job.format == ExportFormat.EVIDENCE:
+                from audit.evidence import evidence_pack_write, evidence_scope_of_job
+
+                evidence_pack_write(
+                    scope=evidence_scope_of_job(job.filters),
+                    target=handle,
+                    progress=progress,
+                    generated_by=job.created_by_name,
+                )
+            else:
+                for chunk in export_stream(
+                    filters=_filters_from_job(job), format=job.format, progress=progress
+                ):
+                    handle.write(chunk)
         os.replace(partial, job.path)
     except Exception as exc:
         partial.unlink(missing_ok=True)

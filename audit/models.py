@@ -103,6 +103,7 @@ class ChainAlert(models.Model):
 class ExportFormat(models.TextChoices):
     JSONL = "jsonl"
     CSV = "csv"
+    EVIDENCE = "evidence"  # an evidence pack (audit.evidence): a signed ZIP
 
 
 class ExportStatus(models.TextChoices):
@@ -161,6 +162,8 @@ class ExportJob(models.Model):
     @property
     def file_name(self) -> str:
         """The download name: built from the id and format, never from anything a user typed."""
+        if self.format == ExportFormat.EVIDENCE:
+            return f"intentledger-evidence-{self.id}.zip"
         return f"intentledger-export-{self.id}.{self.format}"
 
     @property
