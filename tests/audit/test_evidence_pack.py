@@ -157,34 +157,42 @@ def _rows(pack: Path, name: str) -> list[dict[str, str]]:
         return list(csv.DictReader(io.StringIO(z.read(name).decode())))
 
 
-def _offline_python() -> list[str]:
+def _offline_python(folder: Path) -> tuple[list[str], dict[str, str]]:
     """A Python that has `cryptography` and not Django: the system's (another interpreter and
-    another cryptography than the server's), else ours without its site-packages."""
+    another cryptography than the server's), else this one without its site-packages and with
+    a copy of `cryptography` (and what it loads) in the folder."""
+    env = {"PATH": "/usr/bin:/bin"}
     system = shutil.which("python3", path="/usr/bin:/bin")
     if system and os.path.realpath(system) != os.path.realpath(sys.executable):
         probe = subprocess.run(
             [system, "-c", "import cryptography"], capture_output=True, env={}, check=False
         )
         if probe.returncode == 0:
-            return [system]
-    return [sys.executable, "-S"]
+            return [system], env
+    import cryptography
+
+    site = Path(cryptography.__file__).parents[1]
+    deps = folder / "deps"
+    deps.mkdir(exist_ok=True)
+    for entry in site.iterdir():
+        if entry.name in ("cryptography", "cffi") or entry.name.startswith("_cffi_backend"):
+            copy = shutil.copytree if entry.is_dir() else shutil.copy
+            copy(entry, deps / entry.name)
+    return [sys.executable, "-S"], {**env, "PYTHONPATH": str(deps)}
 
 
 def _as_an_outsider(args: list[str], workdir: Path) -> subprocess.CompletedProcess[str]:
     """Run as an unprivileged user (nobody, when we are root) with an empty environment: no
     DJANGO_SETTINGS_MODULE, no DATABASE_URL, cwd outside the repository."""
-    command = [*_offline_python(), *args]
+    python, env = _offline_python(workdir)
+    for path in [workdir, *workdir.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() or path.suffix == ".so" else 0o644)
+    command = [*python, *args]
     if os.geteuid() == 0:
         runuser = shutil.which("runuser") or "/usr/sbin/runuser"
         command = [runuser, "-u", "nobody", "--", *command]
     return subprocess.run(
-        command,
-        cwd=workdir,
-        env={"PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        command, cwd=workdir, env=env, capture_output=True, text=True, timeout=120, check=False
     )
 
 
@@ -196,8 +204,6 @@ def _offline_folder(pack: Path) -> Path:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, folder / name)
     shutil.copy(pack, folder / "pack.zip")
-    for path in [folder, *folder.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
     return folder
 
 
