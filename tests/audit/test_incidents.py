@@ -128,3 +128,18 @@ def test_the_severity_sets_the_deadline_and_the_database_holds_it(
         "incident.open",
         "incident.closed",
     ]
+
+
+def test_a_runs_page_offers_an_auditor_to_open_an_incident_on_it(
+    client_for: Callable[[str], Client],
+) -> None:
+    run_id = runs_bulk_create(runs=1, steps_per_run=1)[0]
+    auditor = client_for("auditors")
+    page = auditor.get(f"/runs/{run_id}/").content.decode()
+    assert f"/audit/incidents/?run={run_id}#open-incident" in page
+    form = auditor.get(f"/audit/incidents/?run={run_id}").content.decode()
+    assert f"{run_id}</textarea>" in form
+    assert (
+        "open-incident-link"
+        not in client_for("supervisors").get(f"/runs/{run_id}/").content.decode()
+    )
