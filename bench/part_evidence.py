@@ -47,19 +47,48 @@ def admin(sql: str) -> None:
         c.execute(sql)  # type: ignore[arg-type]
 
 
-def _timed(command: list[str], *, env: dict[str, str], cwd: Path) -> tuple[float, int, str]:
-    """Wall seconds, this child's own peak RSS in KiB (os.wait4), and its output."""
-    with tempfile.TemporaryFile() as out:
+# Runs a module or a script as __main__ and, at exit, writes the process's VmHWM (peak resident
+# memory of its own address space, KiB) where BENCH_HWM_FILE says. Not rusage's ru_maxrss: on
+# Linux that keeps the high-water mark from before exec, the size of the process that forked it.
+_HWM = """import atexit, os, runpy, sys
+def _hwm():
+    with open('/proc/self/status') as status:
+        kib = next(line for line in status if line.startswith('VmHWM')).split()[1]
+    with open(os.environ['BENCH_HWM_FILE'], 'w') as out:
+        out.write(kib)
+atexit.register(_hwm)
+kind, target = sys.argv[1], sys.argv[2]
+sys.argv = sys.argv[2:]
+if kind == 'module':
+    runpy.run_module(target, run_name='__main__', alter_sys=True)
+else:
+    runpy.run_path(target, run_name='__main__')
+"""
+
+
+def _timed(
+    python: list[str], kind: str, target: str, args: list[str], *, env: dict[str, str], cwd: Path
+) -> tuple[float, int, str]:
+    """Wall seconds, the process's own peak resident memory (KiB), and its output, for
+    `python -m target args` (kind "module") or `python target args` (kind "script")."""
+    with tempfile.TemporaryDirectory() as scratch:
+        hwm = Path(scratch) / "hwm"
+        command = [*python, "-c", _HWM, kind, target, *args]
         started = time.perf_counter()
-        proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
+        done = subprocess.run(
+            command,
+            env={**env, "BENCH_HWM_FILE": str(hwm)},
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         took = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        text = out.read().decode("utf-8", "replace")
-    if proc.returncode != 0:
-        raise RuntimeError(f"{command[:3]} failed: {text[-3000:]}")
-    return took, usage.ru_maxrss, text
+        peak = int(hwm.read_text()) if hwm.exists() else 0
+    text = done.stdout + done.stderr
+    if done.returncode != 0:
+        raise RuntimeError(f"{target} {args[:2]} failed: {text[-3000:]}")
+    return took, peak, text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--keep-db", action="store_true", help="do not drop the database")
+    parser.add_argument("--keep-pack", metavar="FILE", help="copy the pack built to FILE")
     parser.add_argument("--out", default=str(ROOT / "bench" / "EVIDENCE.md"))
     args = parser.parse_args(argv)
 
@@ -136,9 +166,16 @@ def _run(args: argparse.Namespace, *, env: dict[str, str], work: Path) -> dict[s
         now.date().isoformat(),
     ]
     build_s, build_rss, out = _timed(
-        [sys.executable, "manage.py", "evidence_pack", *period, "-o", str(pack)], env=env, cwd=ROOT
+        [sys.executable],
+        "script",
+        "manage.py",
+        ["evidence_pack", *period, "-o", str(pack)],
+        env=env,
+        cwd=ROOT,
     )
     log(out.strip())
+    if args.keep_pack:
+        shutil.copy(pack, args.keep_pack)
     with zipfile.ZipFile(pack) as z:
         members = {i.filename: (i.file_size, i.compress_size) for i in z.infolist()}
         manifest = json.loads(z.read("manifest.json"))["manifest"]
@@ -150,7 +187,7 @@ def _run(args: argparse.Namespace, *, env: dict[str, str], work: Path) -> dict[s
         shutil.copy(ROOT / name, offline / name)
     clean = {"PATH": "/usr/bin:/bin"}
     verify_s, verify_rss, verified = _timed(
-        [sys.executable, "-m", "audit.verify", str(pack)], env=clean, cwd=offline
+        [sys.executable], "module", "audit.verify", [str(pack)], env=clean, cwd=offline
     )
     assert verified.strip().endswith("OK"), verified
     system = shutil.which("python3", path="/usr/bin:/bin")
@@ -163,7 +200,9 @@ def _run(args: argparse.Namespace, *, env: dict[str, str], work: Path) -> dict[s
         system_version = subprocess.run(
             [system, "--version"], capture_output=True, text=True, check=False
         ).stdout.strip()
-        system_s, _, out = _timed([system, "-m", "audit.verify", str(pack)], env=clean, cwd=offline)
+        system_s, _, out = _timed(
+            [system], "module", "audit.verify", [str(pack)], env=clean, cwd=offline
+        )
         assert out.strip().endswith("OK"), out
     return {
         "runs": args.runs,
