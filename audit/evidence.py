@@ -37,6 +37,7 @@ from audit.evidence_verify import (
     PACK_VERSION,
     PUBLIC_KEY,
     RUNS,
+    csv_text,
     decision_rows,
     key_fingerprint,
 )
@@ -242,7 +243,7 @@ def _csv(columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Iterator[byte
     writer = csv.writer(buffer)
     writer.writerow(list(columns))
     for count, row in enumerate(rows, start=1):
-        writer.writerow(["" if v is None else v for v in row])
+        writer.writerow([csv_text(v) for v in row])
         if count % 1000 == 0:
             yield buffer.getvalue().encode("utf-8")
             buffer.seek(0)
@@ -291,7 +292,8 @@ def _runs_and_decisions(
             for row in decision_rows(json.loads(line)):
                 rule = rules.get(row["approval_rule_id"])
                 writer.writerow(
-                    [
+                    csv_text(cell)
+                    for cell in [
                         row["at"],
                         row["by"],
                         roles.role_at(row["by"], _at(row["at"])),

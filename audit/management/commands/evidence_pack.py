@@ -5,6 +5,7 @@ from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.evidence import evidence_pack_write, evidence_scope_parse
@@ -56,6 +57,9 @@ class Command(BaseCommand):
                     scope=scope, target=handle, progress=progress, generated_by="manage.py"
                 )
             os.replace(partial, path)
+        except ImproperlyConfigured as exc:  # no signing key: nothing was written
+            partial.unlink(missing_ok=True)
+            raise CommandError(str(exc)) from exc
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
