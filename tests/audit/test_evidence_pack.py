@@ -448,3 +448,38 @@ def test_without_a_signing_key_the_command_refuses_and_writes_nothing(
     with pytest.raises(CommandError, match="generate_signing_key"):
         call_command("evidence_pack", "--from", today, "--to", today, "-o", str(path))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_single_sign_on_users_decision_keeps_the_role_the_provider_gave_then(
+    db: Any, tmp_path: Path
+) -> None:
+    """Their groups come from the provider at each sign-in: a supervisor who decides and later
+    signs in as an auditor is a supervisor in the decision's row; the sign-ins and the role
+    change are in people_events.csv."""
+    from sso.services import sso_sign_in
+    from tests.sso.test_sso_sign_in import ISSUER, claims, conf
+
+    groups_ready()
+    kim = sso_sign_in(conf=conf(), issuer=ISSUER, claims=claims("kc-kim", "ledger-sup")).user
+    killed = killed_support_run()
+    review_step_resolve(
+        user=kim,
+        run_id=killed.run_id,
+        index=2,
+        action="retry",
+        note="not sent",
+        confirmed_may_repeat=True,
+    )
+    sso_sign_in(conf=conf(), issuer=ISSUER, claims=claims("kc-kim", "ledger-audit"))
+
+    pack = _pack(tmp_path / "sso.zip")
+
+    (row,) = _rows(pack, "decisions.csv")
+    assert (row["by"], row["role"], row["action"]) == (kim.username, "supervisors", "retry")
+    people = {p["username"]: p for p in _rows(pack, "people.csv")}
+    assert people[kim.username]["source"] == f"sso:{ISSUER}"
+    assert people[kim.username]["groups_at_period_end"] == "auditors"
+    events = [(e["action"], e["added"], e["removed"]) for e in _rows(pack, "people_events.csv")]
+    assert ("sso.roles", "auditors", "supervisors") in events
+    assert [a for a, _, _ in events].count("sso.login") == 2
+    assert verify_pack(str(pack), [load_public_key(PUBLIC_KEY)]).ok
