@@ -483,3 +483,48 @@ def test_a_single_sign_on_users_decision_keeps_the_role_the_provider_gave_then(
     assert ("sso.roles", "auditors", "supervisors") in events
     assert [a for a, _, _ in events].count("sso.login") == 2
     assert verify_pack(str(pack), [load_public_key(PUBLIC_KEY)]).ok
+
+
+def test_the_exports_page_queues_a_pack_whose_job_page_offers_the_download(
+    client_for: Callable[[str], Client], tmp_path: Path
+) -> None:
+    from audit.exports import export_job_run
+    from audit.models import ExportJob, ExportStatus
+    from review.audit import AuditEntry
+
+    runs_bulk_create(runs=6, steps_per_run=2, agent="support")
+    auditor = client_for("auditors")
+    today = timezone.now().date()
+    assert "Build evidence pack" in auditor.get("/audit/exports/").content.decode()
+    bad = auditor.post(
+        "/audit/evidence/", {"period_from": str(today), "period_to": str(today - timedelta(1))}
+    )
+    assert (
+        bad.status_code == 400 and "The end date is before the start date." in bad.content.decode()
+    )
+    assert client_for("supervisors").post("/audit/evidence/", {}).status_code == 403
+
+    response = auditor.post(
+        "/audit/evidence/",
+        {
+            "period_from": str(today - timedelta(days=1)),
+            "period_to": str(today),
+            "agents": "support",
+        },
+    )
+
+    job = ExportJob.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/audit/exports/{job.pk}/"
+    assert (job.format, job.status, job.total_runs) == ("evidence", ExportStatus.QUEUED, 6)
+    assert AuditEntry.objects.get(action="evidence.queue").target == f"export:{job.pk}"
+    export_job_run(job_id=job.pk)  # what the Celery task does
+    job.refresh_from_db()
+    assert job.status == ExportStatus.DONE and job.done_runs == 6
+    assert job.file_name == f"intentledger-evidence-{job.pk}.zip"
+    download = auditor.get(f"/audit/exports/{job.pk}/download")
+    assert download["Content-Type"] == "application/zip"
+    path = tmp_path / "downloaded.zip"
+    path.write_bytes(b"".join(download.streaming_content))  # type: ignore[attr-defined]
+    report = verify_pack(str(path), [load_public_key(PUBLIC_KEY)])
+    assert report.ok and report.runs == 6
+    assert report.manifest["created_by"] == "auditors-user"
