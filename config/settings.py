@@ -368,6 +368,9 @@ AUDIT_EXPORT_DIR = os.environ.get("AUDIT_EXPORT_DIR", str(BASE_DIR / "exports"))
 AUDIT_EXPORT_TTL_HOURS = env_int("AUDIT_EXPORT_TTL_HOURS", 24)
 AUDIT_EXPORT_SYNC_MAX_RUNS = env_int("AUDIT_EXPORT_SYNC_MAX_RUNS", 2000)
 AUDIT_CHECKPOINT_INTERVAL_SECONDS = env_int("AUDIT_CHECKPOINT_INTERVAL_SECONDS", 3600)
+# The retention floor: no run younger than this is ever purged (EU AI Act Art. 19(1), 26(6): logs
+# kept at least six months); a retention policy shorter than it is refused.
+AUDIT_MIN_RETENTION_DAYS = env_int("AUDIT_MIN_RETENTION_DAYS", 183)
 CELERY_BEAT_SCHEDULE.update(
     {
         "audit-checkpoint": every(
