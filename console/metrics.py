@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 
 from runs import clock
 from runs.vocabulary import EventType
+from traces.metrics import trace_export_metrics
 
 OTHER_AGENTS = "other"
 
@@ -170,6 +171,7 @@ class LedgerCollector(Collector):
             "Chain verification failures found by the checkpoint job and not acknowledged.",
             value=ChainAlert.objects.filter(acknowledged_at__isnull=True).count(),
         )
+        yield from trace_export_metrics()  # the trace exporter's backlog (traces/)
 
 
 _collector = LedgerCollector()
