@@ -3,7 +3,7 @@ request with opentelemetry-proto (ExportTraceServiceRequest), as a collector doe
 spans it accepted. Not a mock of our exporter: it sees only the bytes on the wire.
 
 A collector has accepted a batch when it answered 200; a request whose client is gone before the
-answer (a killed exporter) is not accepted (`hold_next` makes that moment testable)."""
+answer (a killed exporter) is not accepted (`hold_request` makes that moment testable)."""
 
 import gzip
 import socket
@@ -53,7 +53,7 @@ class OtlpReceiver:
         self.refused = 0
         self.dropped = 0  # requests whose client left before the answer
         self.refuse = False  # answer 503 (a collector that is overloaded or restarting)
-        self._hold_next = False
+        self._hold_number = 0
         self.holding = threading.Event()  # a held request is waiting
         self._release = threading.Event()
         self._lock = threading.Lock()
@@ -67,9 +67,10 @@ class OtlpReceiver:
         """OTEL_EXPORTER_OTLP_ENDPOINT (the exporter appends /v1/traces)."""
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def hold_next(self) -> None:
-        """The next request waits until `release()` before it is answered (or dropped)."""
-        self._hold_next = True
+    def hold_request(self, number: int) -> None:
+        """The `number`th request (counting from 1, all requests so far included) waits until
+        `release()` before it is answered, or dropped if its client is gone by then."""
+        self._hold_number = number
         self.holding.clear()
         self._release.clear()
 
@@ -100,7 +101,7 @@ class OtlpReceiver:
                     body = zlib.decompress(body)
                 with receiver._lock:
                     receiver.requests += 1
-                    held, receiver._hold_next = receiver._hold_next, False
+                    held = receiver.requests == receiver._hold_number
                 if self.path != "/v1/traces":
                     self.send_error(404)
                     return
