@@ -167,7 +167,26 @@ class SpanMaker:
             return self._recovery(event, run)
         if kind == EventType.BUDGET_EXCEEDED:
             return self._budget_stop(event, run)
+        if kind == EventType.LEASE_EXPIRED:  # the reaper found the holder gone: a crash
+            return self._mark(event, run, "lease_expired", {})
+        if kind == EventType.NEEDS_REVIEW:  # a person must decide before the run goes on
+            reason = str(event.payload.get("reason") or "")
+            return self._mark(event, run, "needs_review", {"agent_ledger.review.reason": reason})
         return None
+
+    def _mark(
+        self, event: JournalEvent, run: RunRow, name: str, attributes: dict[str, Any]
+    ) -> ReadableSpan:
+        """A moment of the run's story, as a span without duration under the run's span."""
+        return self._made(
+            name,
+            run=run,
+            span_id=span_id_of(run.id, "event", event.seq),
+            parent=self._run_context(run),
+            start=event.at,
+            end=event.at,
+            attributes=attributes,
+        )
 
     def _context(self, run: RunRow, span_id: int) -> SpanContext:
         trace_id = int(run.trace_id, 16) if run.trace_id else derived_trace_id(run.id)

@@ -8,6 +8,10 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from runs.models import ApprovalRule
+from runs.services.approvals import step_approve, step_deny
+from runs.services.decisions import step_resolve
+from tests.runs.journal_client import JournalClient
 from tests.traces.receiver import OtlpReceiver, ReceivedSpan
 from tests.traces.story import CALLER_SPAN, CALLER_TRACE, SECRET, Story, told
 from traces.context import derived_trace_id, span_id_of
@@ -74,6 +78,9 @@ def test_the_story_is_one_trace_per_run_under_the_callers_span(
     # the crash is visible: a recovery by worker 2; the person's decision, with who
     (recovery,) = named(run_spans, "recovery")
     assert recovery.attributes["agent_ledger.recovery.worker"] == "w-2"
+    # the second crash left the email maybe sent: the recovery sent the run to a person
+    (review,) = named(run_spans, "needs_review")
+    assert review.attributes["agent_ledger.review.reason"] == "unknown_step"
     (decision,) = named(run_spans, "review")
     assert decision.name == "review sent"
     assert decision.attributes["agent_ledger.review.action"] == "sent"
@@ -164,3 +171,66 @@ def metric(client: Any, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[1])
     raise AssertionError(f"{name} not on /metrics")
+
+
+def test_each_persons_decision_and_a_budget_stop_are_spans_of_the_runs_trace(
+    receiver: OtlpReceiver,
+    transactional_db: Any,
+    api: APIClient,
+    fake_clock: Any,
+    make_policy: Any,
+) -> None:
+    journal = JournalClient(api)
+    ApprovalRule.objects.create(agent="desk", tool_pattern="refund.*")
+    desk = journal.create(agent="desk")["id"]
+    epoch = journal.lease(desk).json()["epoch"]
+    assert journal.intent(desk, epoch, 0, name="refund.issue").status_code == 202
+    step_approve(run_id=desk, index=0, by="bob")
+    assert journal.intent(desk, epoch, 0, name="refund.issue").json()["state"] == "intent"
+    assert journal.outcome(desk, epoch, 0).status_code == 200
+    assert (
+        journal.intent(desk, epoch, 1, name="refund.issue", arguments={"n": 9}).status_code == 202
+    )
+    step_deny(run_id=desk, index=1, by="carol", note="too much")
+
+    def unknown_step(agent: str) -> str:
+        run_id = journal.create(agent=agent)["id"]
+        epoch = journal.lease(run_id, worker="w-1").json()["epoch"]
+        assert journal.intent(run_id, epoch, 0, enforced_by="nobody").status_code == 201
+        fake_clock.advance(seconds=31)
+        assert journal.lease(run_id, worker="w-2").status_code == 409  # needs_review
+        return run_id
+
+    retried = unknown_step("retrying")
+    step_resolve(run_id=retried, index=0, action="retry", note="not sent", by="dave")
+    abandoned = unknown_step("abandoning")
+    step_resolve(run_id=abandoned, index=0, action="abandon", note="customer gone", by="erin")
+
+    make_policy("tiny", max_steps=1)
+    tiny = journal.create(agent="tiny")["id"]
+    epoch = journal.lease(tiny).json()["epoch"]
+    journal.write_step(tiny, epoch, 0)
+    assert journal.intent(tiny, epoch, 1).json()["error"]["code"] == "budget_exceeded"
+
+    export_pending()
+
+    decisions = {
+        (s.attributes["agent_ledger.run.id"], s.name, s.attributes["agent_ledger.review.by"])
+        for s in named(receiver.spans, "review")
+    }
+    assert decisions == {
+        (desk, "review approve", "bob"),
+        (desk, "review deny", "carol"),
+        (retried, "review retry", "dave"),
+        (abandoned, "review abandon", "erin"),
+    }
+    (stop,) = named(receiver.spans, "budget_exceeded")
+    assert stop.attributes["agent_ledger.run.id"] == tiny
+    assert stop.attributes["agent_ledger.budget.limit"] == "steps"
+    assert stop.status_code == 2
+    # the abandoned run ended: its span, status ERROR, in the same trace as its decision
+    (ended,) = [s for s in named(receiver.spans, "invoke_agent") if s.name.endswith("abandoning")]
+    assert ended.status_code == 2
+    assert {s.trace_id for s in of_run(receiver.spans, abandoned)} == {ended.trace_id}
+    # "note" is a person's free text: content, left out by default
+    assert not [s for s in receiver.spans if "too much" in s.text()]

@@ -40,11 +40,13 @@ def test_the_agents_spans_and_the_ledgers_are_one_trace(
     provider.add_span_processor(SimpleSpanProcessor(agent_spans))
     tracer = provider.get_tracer("support-agent")
 
-    with tracer.start_as_current_span("handle ticket") as handling:
-        with ledger.run("support", {"ticket": 7}, worker="w-1") as run:
-            with tracer.start_as_current_span("think"):
-                run.tool("kb.lookup", {"q": "refund"}, effect="read", fn=lambda q: [q])
-            run.output = {"ok": True}
+    with (
+        tracer.start_as_current_span("handle ticket") as handling,
+        ledger.run("support", {"ticket": 7}, worker="w-1") as run,
+    ):
+        with tracer.start_as_current_span("think"):
+            run.tool("kb.lookup", {"q": "refund"}, effect="read", fn=lambda q: [q])
+        run.output = {"ok": True}
     export_pending()
 
     (handle_ticket, think) = sorted(agent_spans.get_finished_spans(), key=lambda s: s.name)
