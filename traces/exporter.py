@@ -49,17 +49,18 @@ EXPORTER_LOCK = 0x747261636573
 
 def endpoint_configured() -> bool:
     """OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is set."""
-    return any(
-        os.environ.get(name, "").strip()
-        for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+    return bool(
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
     )
 
 
 def ledger_resource() -> Resource:
     """The standard OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME; `agent-ledger` when neither
     names the service."""
-    resource = Resource.create()
-    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+    resource = Resource.create()  # the SDK reads both variables
+    named = os.environ.get("OTEL_SERVICE_NAME", "").strip()
+    if not named and str(resource.attributes.get("service.name", "")).startswith("unknown"):
         resource = resource.merge(Resource({"service.name": SERVICE_NAME_DEFAULT}))
     return resource
 

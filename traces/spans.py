@@ -30,7 +30,6 @@ from traces.context import derived_trace_id, span_id_of
 SCOPE = InstrumentationScope("agent_ledger.journal")
 # the GenAI operations a model step's arguments may name ("operation"); otherwise `chat`
 MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "embeddings"})
-CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 RUN_ENDS = {
     EventType.RUN_COMPLETED: StatusCode.UNSET,
@@ -95,7 +94,9 @@ class StepRow:
 
 
 def content_captured() -> bool:
-    return os.environ.get(CAPTURE_CONTENT, "").strip().lower() == "true"
+    """Arguments, results and notes in spans: only when asked, as the GenAI conventions say."""
+    value = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "")
+    return value.strip().lower() == "true"
 
 
 def needs_step(event: JournalEvent) -> bool:
