@@ -21,7 +21,7 @@ CreateDoor = Callable[[str, str | None], str]  # (token, traceparent) → the ne
 
 
 def through_the_drf_view(token: str, traceparent: str | None) -> str:
-    headers = {"HTTP_TRACEPARENT": traceparent} if traceparent else {}
+    headers: dict[str, Any] = {"HTTP_TRACEPARENT": traceparent} if traceparent else {}
     request = APIRequestFactory().post(
         "/api/v1/runs/",
         {"agent": "doors", "input": {}},
@@ -36,7 +36,7 @@ def through_the_drf_view(token: str, traceparent: str | None) -> str:
 
 def through_the_url_conf(token: str, traceparent: str | None) -> str:
     client = APIClient()
-    headers = {"HTTP_TRACEPARENT": traceparent} if traceparent else {}
+    headers: dict[str, Any] = {"HTTP_TRACEPARENT": traceparent} if traceparent else {}
     response = client.post(
         "/api/v1/runs/",
         {"agent": "doors", "input": {}},
