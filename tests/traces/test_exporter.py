@@ -5,18 +5,21 @@ each span once whatever happens to the collector."""
 from collections import Counter
 from typing import Any
 
+import psycopg
 import pytest
 from rest_framework.test import APIClient
 
 from runs.models import ApprovalRule
 from runs.services.approvals import step_approve, step_deny
 from runs.services.decisions import step_resolve
+from tests.processes import test_database_url
 from tests.runs.journal_client import JournalClient
 from tests.traces.receiver import OtlpReceiver, ReceivedSpan
 from tests.traces.story import CALLER_SPAN, CALLER_TRACE, SECRET, Story, told
 from traces.context import derived_trace_id, span_id_of
-from traces.exporter import export_pending
+from traces.exporter import EXPORTER_LOCK, export_pending
 from traces.models import TraceCursor
+from traces.tasks import export_traces
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -234,3 +237,17 @@ def test_each_persons_decision_and_a_budget_stop_are_spans_of_the_runs_trace(
     assert {s.trace_id for s in of_run(receiver.spans, abandoned)} == {ended.trace_id}
     # "note" is a person's free text: content, left out by default
     assert not [s for s in receiver.spans if "too much" in s.text()]
+
+
+@pytest.mark.pg_connections(2)
+def test_beats_round_exports_and_skips_while_another_exporter_holds_the_lock(
+    receiver: OtlpReceiver, story: Story
+) -> None:
+    with psycopg.connect(test_database_url()) as other_exporter:
+        other_exporter.execute("SELECT pg_advisory_lock(%s)", [EXPORTER_LOCK])
+        export_traces()  # beat's round while a foreground exporter runs
+        assert receiver.requests == 0
+
+    export_traces()
+
+    assert len(named(of_run(receiver.spans, story.run_id), "execute_tool")) == 3
