@@ -33,10 +33,11 @@ class Command(BaseCommand):
                 "set OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)"
             )
         if once:
+            started = time.monotonic()
             report = export_pending(committed_wait_seconds=options["wait"])
             self.stdout.write(
                 f"exported {report.spans} spans from {report.events} events "
-                f"in {report.batches} batches"
+                f"in {report.batches} batches in {time.monotonic() - started:.3f} s"
             )
             if report.failed:
                 raise CommandError(
