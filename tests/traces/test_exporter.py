@@ -14,6 +14,7 @@ from runs.services.approvals import step_approve, step_deny
 from runs.services.decisions import step_resolve
 from tests.processes import test_database_url
 from tests.runs.journal_client import JournalClient
+from tests.runs.test_recovery_rules import run_with_open_intents
 from tests.traces.receiver import OtlpReceiver, ReceivedSpan
 from tests.traces.story import CALLER_SPAN, CALLER_TRACE, SECRET, Story, told
 from traces.context import derived_trace_id, span_id_of
@@ -251,3 +252,21 @@ def test_beats_round_exports_and_skips_while_another_exporter_holds_the_lock(
     export_traces()
 
     assert len(named(of_run(receiver.spans, story.run_id), "execute_tool")) == 3
+
+
+def test_a_write_found_done_at_recovery_is_one_execution_marked_reconciled(
+    receiver: OtlpReceiver, transactional_db: Any, api: APIClient, fake_clock: Any, settings: Any
+) -> None:
+    """The email went out before the worker died; recovery found its key completed on the tool
+    side and copied the result: it ran once, and its span says how the ledger knows."""
+    settings.LEDGER_KEY_STATE_LOOKUP = "tests.runs.test_recovery_rules.key_state_for_test"
+    run_id = run_with_open_intents(api, [("ledger.completed", "write", "ledger", "done")])
+    fake_clock.advance(seconds=31)
+    assert JournalClient(api).lease(run_id, worker="w-9").status_code == 200
+
+    export_pending()
+
+    (sent,) = named(of_run(receiver.spans, run_id), "execute_tool")
+    assert sent.name == "execute_tool ledger.completed"
+    assert sent.attributes["agent_ledger.step.reconciled"] is True
+    assert sent.status_code == 0
