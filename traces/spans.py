@@ -176,9 +176,15 @@ class SpanMaker:
         return None
 
     def _mark(
-        self, event: JournalEvent, run: RunRow, name: str, attributes: dict[str, Any]
+        self,
+        event: JournalEvent,
+        run: RunRow,
+        name: str,
+        attributes: dict[str, Any],
+        status: Status | None = None,
     ) -> ReadableSpan:
-        """A moment of the run's story, as a span without duration under the run's span."""
+        """A moment of the run's story (one event), as a span without duration under the run's
+        span: a recovery, a decision, a stop."""
         return self._made(
             name,
             run=run,
@@ -187,6 +193,7 @@ class SpanMaker:
             start=event.at,
             end=event.at,
             attributes=attributes,
+            status=status,
         )
 
     def _context(self, run: RunRow, span_id: int) -> SpanContext:
@@ -319,42 +326,26 @@ class SpanMaker:
             attributes["agent_ledger.step.index"] = int(event.payload["index"])
         if self.capture_content and event.payload.get("note"):
             attributes["agent_ledger.review.note"] = str(event.payload["note"])
-        return self._made(
-            f"review {action}",
-            run=run,
-            span_id=span_id_of(run.id, "event", event.seq),
-            parent=self._run_context(run),
-            start=event.at,
-            end=event.at,
-            attributes=attributes,
-        )
+        return self._mark(event, run, f"review {action}", attributes)
 
     def _recovery(self, event: JournalEvent, run: RunRow) -> ReadableSpan:
-        return self._made(
+        payload = event.payload
+        return self._mark(
+            event,
+            run,
             "recovery",
-            run=run,
-            span_id=span_id_of(run.id, "event", event.seq),
-            parent=self._run_context(run),
-            start=event.at,
-            end=event.at,
-            attributes={
-                "agent_ledger.lease.epoch": int(event.payload.get("epoch") or 0),
-                "agent_ledger.recovery.worker": str(event.payload.get("worker") or ""),
-                "agent_ledger.recovery.replayable_steps": int(
-                    event.payload.get("replayable_steps") or 0
-                ),
+            {
+                "agent_ledger.lease.epoch": int(payload.get("epoch") or 0),
+                "agent_ledger.recovery.worker": str(payload.get("worker") or ""),
+                "agent_ledger.recovery.replayable_steps": int(payload.get("replayable_steps") or 0),
             },
         )
 
     def _budget_stop(self, event: JournalEvent, run: RunRow) -> ReadableSpan:
-        limit = event.payload.get("limit")
-        return self._made(
+        return self._mark(
+            event,
+            run,
             "budget_exceeded",
-            run=run,
-            span_id=span_id_of(run.id, "event", event.seq),
-            parent=self._run_context(run),
-            start=event.at,
-            end=event.at,
-            attributes={"agent_ledger.budget.limit": str(limit or "")},
-            status=Status(StatusCode.ERROR, "budget_exceeded"),
+            {"agent_ledger.budget.limit": str(event.payload.get("limit") or "")},
+            Status(StatusCode.ERROR, "budget_exceeded"),
         )
