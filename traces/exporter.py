@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+import psycopg
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -82,6 +85,25 @@ class ExportReport:
 
 @contextmanager
 def exporter_lock(*, wait: bool) -> Iterator[bool]:
+    """The one exporter's session advisory lock (`wait`: block until it is free; else yield
+    False when another exporter holds it). A session lock needs a session: behind a transaction
+    pooler (DATABASE_POOLER=pgbouncer) it is taken on DATABASE_LISTEN_URL's direct connection,
+    and closing that connection releases it."""
+    if settings.DATABASE_LISTEN_URL:
+        url = settings.DATABASE_LISTEN_URL.replace("postgres://", "postgresql://", 1)
+        with psycopg.connect(url, autocommit=True) as session:
+            if wait:
+                session.execute("SELECT pg_advisory_lock(%s)", [EXPORTER_LOCK])
+                yield True
+            else:
+                row = session.execute("SELECT pg_try_advisory_lock(%s)", [EXPORTER_LOCK])
+                yield bool(row.fetchone()[0])  # type: ignore[index]
+        return
+    if settings.DATABASE_POOLER:
+        raise ImproperlyConfigured(
+            "behind a transaction pooler the trace exporter needs DATABASE_LISTEN_URL, a direct "
+            "connection, for its lock"
+        )
     with connection.cursor() as cursor:
         if wait:
             cursor.execute("SELECT pg_advisory_lock(%s)", [EXPORTER_LOCK])

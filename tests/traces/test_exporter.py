@@ -240,10 +240,13 @@ def test_each_persons_decision_and_a_budget_stop_are_spans_of_the_runs_trace(
     assert not [s for s in receiver.spans if "too much" in s.text()]
 
 
-@pytest.mark.pg_connections(2)
+@pytest.mark.pg_connections(3)
+@pytest.mark.parametrize("lock_on", ["the default database", "DATABASE_LISTEN_URL"])
 def test_beats_round_exports_and_skips_while_another_exporter_holds_the_lock(
-    receiver: OtlpReceiver, story: Story
+    receiver: OtlpReceiver, story: Story, settings: Any, lock_on: str
 ) -> None:
+    # behind a transaction pooler the lock's session is the direct connection's
+    settings.DATABASE_LISTEN_URL = test_database_url() if lock_on == "DATABASE_LISTEN_URL" else ""
     with psycopg.connect(test_database_url()) as other_exporter:
         other_exporter.execute("SELECT pg_advisory_lock(%s)", [EXPORTER_LOCK])
         export_traces()  # beat's round while a foreground exporter runs
