@@ -2,6 +2,9 @@
 against without it (interleaved repetitions in the same run, the same gunicorn), and the
 exporter's throughput in spans/s to a local OTLP/HTTP sink.
 
+A third figure drops the index the exporter reads events by (runs 0004, `event_xact_idx`) for a
+round, which is what the hot path pays for traces whether or not an exporter runs.
+
 The sink answers every request 200 with an empty ExportTraceServiceResponse without decoding it
 (a collector that keeps up); the exporter is `manage.py export_traces` as a deployment runs it.
 """
@@ -87,6 +90,14 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
                 baseline=f"hot path, no exporter, {concurrency} concurrent runs",
             )
         )
+        unindexed = res.add(
+            Figure(
+                f"hot path, no exporter, no xact index, {concurrency} concurrent runs",
+                "steps/s",
+                higher_is_better=True,
+                baseline=f"hot path, no exporter, {concurrency} concurrent runs",
+            )
+        )
         with stack.gunicorn(workers=workers, threads=threads) as (url, _):
             _load(url, ctx.token, 2, 1.0)  # warm up every worker
             for rep in range(reps):
@@ -104,6 +115,15 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
                     beside.add_rep([rate])
                 finally:
                     stack.stop(exporter)
+                # what the exporter's commit-order index costs each event (runs 0004)
+                with stack.admin_connect(BENCH_DB) as conn:
+                    conn.execute("DROP INDEX event_xact_idx")
+                try:
+                    rate, _, _ = _load(url, ctx.token, concurrency, seconds)
+                    unindexed.add_rep([rate])
+                finally:
+                    with stack.admin_connect(BENCH_DB) as conn:
+                        conn.execute("CREATE INDEX event_xact_idx ON runs_event (xact, id)")
 
         spans_per_second = res.add(
             Figure("trace export, whole journal", "spans/s", higher_is_better=True)
@@ -131,7 +151,9 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
             f"Hot path: {concurrency} concurrent agent runs (bench.load, a read and a write step "
             f"in turn), {seconds:g} s per repetition, without and then with "
             "`manage.py export_traces` running beside gunicorn (the exporter reads the "
-            "committed journal and sends OTLP/HTTP to a local sink), interleaved. Export: "
+            "committed journal and sends OTLP/HTTP to a local sink), then with the events' "
+            "`event_xact_idx` dropped (what the exporter's commit-order index costs the hot "
+            "path; the column's default stays), interleaved. Export: "
             f"`export_traces --once` from the journal's start, {events} events making {exported} "
             f"spans, {sink.requests} OTLP requests ({sink.bytes / 1e6:.1f} MB) over the part; "
             "the time is the command's own export time (its start-up left out): reading the "
