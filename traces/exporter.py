@@ -4,10 +4,10 @@ the collector accepted the batch (docs/traces.md).
 Commit-safe order. Event ids and `at` are drawn before commit, so a transaction holding a lower
 id can commit after one holding a higher id: a cursor "id > last" would step over it for ever.
 Each event carries its transaction's id (`runs_event.xact`, xid8, runs 0004). A batch reads only
-events whose transaction is older than the oldest transaction still in flight
-(`xact < pg_snapshot_xmin(pg_current_snapshot())`): each of those has committed (or rolled
-back) and is visible to the batch's statement, and every transaction that commits later has a
-larger xact than all of them. Read in (xact, id) order past the cursor, nothing can land behind
+events whose transaction is older than the oldest transaction its statement's snapshot sees in
+flight (`_HORIZON`, from pg_current_snapshot()): each of those has committed (or rolled back)
+and is visible to the statement, and every transaction that commits later has a larger xact
+than all of them. Read in (xact, id) order past the cursor, nothing can land behind
 it; the price is that a long transaction holds the export back while it runs. Transaction ids
 are the cluster's, so a transaction a backend of another database holds (positively known from
 pg_stat_activity) does not hold the horizon: it can write no event of ours (`_HORIZON`).
@@ -21,6 +21,7 @@ the exporter's memory is bounded by the batch), and /metrics shows how far behin
 One exporter at a time: a session advisory lock.
 """
 
+import json
 import logging
 import os
 import time
@@ -163,8 +164,6 @@ JOIN unnest(%s::uuid[], %s::int[], %s::date[]) AS wanted(run_id, index, journal_
 
 
 def _json(value: Any) -> Any:
-    import json
-
     return json.loads(value) if isinstance(value, str) else value
 
 
@@ -228,6 +227,7 @@ def export_batch(*, exporter: SpanExporter, resource: Resource, batch_events: in
         return report
     spans = spans_of(events, resource=resource)
     if spans and exporter.export(spans) is not SpanExportResult.SUCCESS:
+        log.warning("the collector did not take %d spans: they wait in the journal", len(spans))
         report.failed = True
         return report
     last = events[-1]

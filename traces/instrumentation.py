@@ -4,10 +4,8 @@ TRACES_INSTRUMENT_SERVER=1, an OTLP endpoint set and the server's `otel` extra i
 each process sends them through the SDK's batch processor. The journal's spans do not depend on
 this: they come from the exporter (traces.exporter), which reads committed rows."""
 
-import logging
 import os
 
-log = logging.getLogger(__name__)
 _done = False
 
 
