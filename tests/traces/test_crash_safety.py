@@ -78,7 +78,7 @@ def test_an_exporter_killed_with_a_batch_in_flight_loses_and_duplicates_no_span(
     receiver: OtlpReceiver, api: APIClient, fake_clock: Any, worker_token: str
 ) -> None:
     told(api, fake_clock, worker_token)
-    receiver.hold_request(3)  # two batches accepted, the third in flight when the kill comes
+    receiver.hold_request(3)  # two requests accepted, the third in flight when the kill comes
     exporter = spawn(
         [sys.executable, "manage.py", "export_traces", "--once"],
         log_name="traces-exporter-killed",
