@@ -41,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from runs import clock
 from runs.vocabulary import EventType
+from traces.metrics import trace_export_metrics
 
 OTHER_AGENTS = "other"
 
@@ -175,6 +176,7 @@ class LedgerCollector(Collector):
         from audit.incidents import incident_metric_families
 
         yield from incident_metric_families()
+        yield from trace_export_metrics()  # the trace exporter's backlog (traces/)
 
 
 _collector = LedgerCollector()
