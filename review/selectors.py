@@ -298,16 +298,15 @@ HISTORY_WORDS: dict[str, tuple[str, str]] = {
 def run_history(events: list[Event]) -> list[HistoryLine]:
     """Lease and recovery history in words, read from the run's own events."""
     lines: list[HistoryLine] = []
+    replays = iter(_replayed_by_lease(events))
     for e in events:
         p = _Payload(e.payload or {})
         if e.type == EventType.LEASE_ACQUIRED:
-            if p.get("recovery"):
-                text = (
-                    f"recovered by {p['worker']} (epoch {p['epoch']}); "
-                    f"{p.get('replayable_steps', 0)} steps replayed"
-                )
-            else:
-                text = f"leased by {p['worker']} (epoch {p['epoch']})"
+            replayed = next(replays)
+            took = "recovered" if p.get("recovery") else "leased"
+            text = f"{took} by {p['worker']} (epoch {p['epoch']})"
+            if p.get("recovery") or replayed:
+                text += f"; {replayed} step{'' if replayed == 1 else 's'} replayed"
             lines.append(HistoryLine(e.at, text, "lease"))
         elif e.type in HISTORY_WORDS:
             words, kind = HISTORY_WORDS[e.type]
@@ -315,13 +314,21 @@ def run_history(events: list[Event]) -> list[HistoryLine]:
     return lines
 
 
+def _replayed_by_lease(events: list[Event]) -> list[int]:
+    """Steps each lease's holder replays from the journal: every step recorded before a recovery
+    or a resume after review alike; none for the run's first lease."""
+    leases = [e for e in events if e.type == EventType.LEASE_ACQUIRED]
+    return [
+        int((e.payload or {}).get("replayable_steps", 0))
+        if n or (e.payload or {}).get("recovery")
+        else 0
+        for n, e in enumerate(leases)
+    ]
+
+
 def duplicates_prevented(events: list[Event], replays_by_key: int) -> dict[str, int]:
     """Work the ledger stopped from happening twice: replayed steps, reconciled keys, tool replays."""
-    replayed = sum(
-        int((e.payload or {}).get("replayable_steps", 0))
-        for e in events
-        if e.type == EventType.LEASE_ACQUIRED and (e.payload or {}).get("recovery")
-    )
+    replayed = sum(_replayed_by_lease(events))
     reconciled = sum(1 for e in events if e.type == EventType.RECONCILED)
     return {
         "replayed_steps": replayed,
