@@ -173,14 +173,18 @@ def sso_sign_in(*, conf: SsoSettings, issuer: str, claims: dict[str, Any]) -> Si
     return result
 
 
-def sso_failure_record(*, provider: str, reason: str, message: str, ip: str) -> None:
-    """A sign-in that failed before the provider vouched for anyone (state, code, token)."""
+def sso_failure_record(
+    *, provider: str, reason: str, message: str, ip: str, detail: str = ""
+) -> None:
+    """A sign-in that failed before the provider vouched for anyone (state, code, token);
+    `detail`: what the library said (for whoever finds out why), kept when there is one."""
+    details = {"provider": provider, "reason": reason, "ip": ip}
     audit_record(
         actor="anonymous",
         action="sso.refused",
         target="sso:callback",
         note=message,
-        details={"provider": provider, "reason": reason, "ip": ip},
+        details={**details, "detail": detail[:500]} if detail else details,
     )
 
 
