@@ -254,6 +254,35 @@ def people_groups_set(*, actor: User, user_id: int, groups: list[str]) -> User:
     return user
 
 
+def people_admin_saved(*, actor: Any, user: User, created: bool, changed: list[str]) -> None:
+    """A person added or changed in Django's admin: the entry the people page would write, with
+    what the admin changed (never the password itself). Call it inside the admin's transaction."""
+    audit_record(
+        actor=actor,
+        action="people.create" if created else "people.change",
+        target=f"user:{user.pk}",
+        details={
+            "username": user.username,
+            "groups": sorted(user.groups.values_list("name", flat=True)),
+            "superuser": user.is_superuser,
+            "active": user.is_active,
+            "changed": sorted(changed),
+            "source": "django-admin",
+        },
+    )
+
+
+def people_admin_deleted(*, actor: Any, users: list[User]) -> None:
+    """People deleted in Django's admin (before the rows go, so their names are kept)."""
+    for user in users:
+        audit_record(
+            actor=actor,
+            action="people.delete",
+            target=f"user:{user.pk}",
+            details={"username": user.username, "source": "django-admin"},
+        )
+
+
 def user_sessions_end(user: User) -> int:
     """Delete every unexpired session of `user`; how many there were."""
     ended = 0
