@@ -184,7 +184,12 @@ def queue_steps(*, limit: int = QUEUE_PAGE) -> list[Step]:
 
 
 def item_columns(step: Step) -> dict[str, Any]:
-    """The customer, ticket and external id a queue row shows (arguments first, then the run)."""
+    """The customer, ticket and external id a queue row shows.
+
+    The ticket is the one the run works on (its input's, such as `T-1005`); a help-desk ticket
+    the step's arguments name (`ticket_id`, a number the agent's own tickets.create made) is
+    shown apart and labelled, and an external id that only repeats the ticket is left out, so
+    a row names each identifier once and says which is which."""
     args = step.arguments if isinstance(step.arguments, dict) else {}
     run_input = step.run.input if isinstance(step.run.input, dict) else {}
     ticket_in = run_input.get("ticket")
@@ -196,11 +201,16 @@ def item_columns(step: Step) -> dict[str, Any]:
         or inbound.get("customer")
         or ""
     )
-    ticket = args.get("ticket_id") or inbound.get("id") or run_input.get("ticket_id") or ""
+    ticket = str(inbound.get("id") or run_input.get("ticket_id") or "")[:60]
+    desk = str(args.get("ticket_id") or "")[:60]
+    external_id = step.run.external_id or ""
     return {
         "customer": str(customer)[:120],
-        "ticket": str(ticket)[:60],
-        "external_id": step.run.external_id or "",
+        "ticket": ticket,
+        "desk_ticket": desk if desk != ticket else "",
+        "external_id": ""
+        if ticket and external_id in (ticket, f"ticket:{ticket}")
+        else external_id,
     }
 
 
