@@ -52,6 +52,8 @@ def test_getting_started_is_the_readmes_install_ways_to_run_and_sdk_example(
     raw = (site / "getting-started.html").read_text(encoding="utf-8")
     assert 'href="deploy.html"' in raw and 'href="sdk.html"' in raw
     assert 'href="docs/' not in raw
+    # the README's third way stays "3." after the second's code block, as GitHub shows it
+    assert '<ol start="3">' in raw
 
 
 def test_home_is_a_way_in_to_every_page_a_deployer_needs() -> None:

@@ -14,6 +14,7 @@ from mkdocs.exceptions import PluginError
 
 DIRECTIVE = re.compile(r"^<!-- README: (## .+?) -->$", re.M)
 INTO_THE_MANUAL = re.compile(r"\]\(docs/")
+NUMBERED = re.compile(r"(\d+)\. ")
 
 
 def readme_section(readme: str, heading: str) -> str:
@@ -24,7 +25,37 @@ def readme_section(readme: str, heading: str) -> str:
     except ValueError:
         raise PluginError(f"README.md has no section {heading!r} any more") from None
     end = next((n for n in range(start, len(lines)) if lines[n].startswith("## ")), len(lines))
-    return INTO_THE_MANUAL.sub("](", "\n".join(lines[start:end]).strip("\n"))
+    return INTO_THE_MANUAL.sub("](", "\n".join(_list_items_apart(lines[start:end])).strip("\n"))
+
+
+def _list_items_apart(lines: list[str]) -> list[str]:
+    """What GitHub reads one way and Python-Markdown another: an item may interrupt a paragraph
+    (a blank line goes before it here), and a list may start at any number (the README's "3."
+    after a code block; Python-Markdown would restart it at 1, so such an item is written as an
+    `<ol start>` whose content is still Markdown, md_in_html)."""
+    out: list[str] = []
+    fenced = False
+    item: list[str] | None = None
+    for line in [*lines, ""]:
+        if item is not None:
+            if line.strip():
+                item.append(line.strip())
+                continue
+            out += [f'<ol start="{item[0]}" markdown="1">', '<li markdown="1">', *item[1:]]
+            out += ["</li>", "</ol>", ""]
+            item = None
+            continue
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and (numbered := NUMBERED.match(line)):
+            previous = next((o for o in reversed(out) if o.strip()), "")
+            if out and out[-1].strip():
+                out.append("")
+            if numbered.group(1) != "1" and not NUMBERED.match(previous):
+                item = [numbered.group(1), line[numbered.end() :]]
+                continue
+        out.append(line)
+    return out[:-1]
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
