@@ -82,9 +82,9 @@ class Run:
     ones that mean "stop, someone else decides" (StaleLease, NeedsReview, BudgetExceeded,
     RunFinished), a non-determinism (left for recovery, then review) and an unreachable ledger:
     those write nothing and propagate. An uncaught ApprovalDenied (a StopRun too) fails the run
-    with the denial as its error and propagates. A run finished with a write step still open (its error
-    caught by the agent before its outcome was recorded) is not completed: the ledger sends
-    that step to review and the block raises NeedsReview (`details["steps"]`).
+    with the denial as its error and propagates. A run finished with a write step still open
+    (its error caught by the agent before its outcome was recorded) is not completed: the
+    ledger sends that step to review and the block raises NeedsReview (`details["steps"]`).
     """
 
     def __init__(
