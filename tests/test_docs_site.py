@@ -82,6 +82,8 @@ def test_the_sdks_python_is_said_where_it_is_installed() -> None:
     sdk_page = (ROOT / "docs" / "sdk.md").read_text(encoding="utf-8")
     assert f"Python {version} or newer" in section(README, "## Using the worker SDK")
     assert f"Python {version} or newer" in sdk_page.split("```")[0]
+    sdk_readme = (ROOT / "sdk" / "README.md").read_text(encoding="utf-8")  # the wheel's page
+    assert f"Python {version} or newer" in section(sdk_readme, "## Install")
 
 
 def test_the_settings_say_when_the_provider_is_asked() -> None:
