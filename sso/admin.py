@@ -7,8 +7,9 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import User
+from django.db import transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from sso import services
 
@@ -25,6 +26,16 @@ class AuditedUserAdmin(UserAdmin):
             created=not change,
             changed=list(form.changed_data),
         )
+
+    def user_change_password(
+        self, request: HttpRequest, id: str, form_url: str = ""
+    ) -> HttpResponse:
+        """The admin's own password form (not the change view): audited in its transaction."""
+        with transaction.atomic():
+            response = super().user_change_password(request, id, form_url)
+            if request.method == "POST" and response.status_code == 302:
+                services.people_admin_password_set(actor=request.user, user_id=int(id))
+        return response
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         services.people_admin_deleted(actor=request.user, users=[obj])

@@ -272,6 +272,17 @@ def people_admin_saved(*, actor: Any, user: User, created: bool, changed: list[s
     )
 
 
+def people_admin_password_set(*, actor: Any, user_id: int) -> None:
+    """A password set in Django's admin for someone (the password itself is never kept)."""
+    user = _person(user_id)
+    audit_record(
+        actor=actor,
+        action="people.password",
+        target=f"user:{user.pk}",
+        details={"username": user.username, "source": "django-admin"},
+    )
+
+
 def people_admin_deleted(*, actor: Any, users: list[User]) -> None:
     """People deleted in Django's admin (before the rows go, so their names are kept)."""
     for user in users:

@@ -171,6 +171,15 @@ def test_a_person_added_changed_or_deleted_in_djangos_admin_is_audited(groups):
     assert change.details["superuser"] is True and change.details["groups"] == [SUPERVISORS]
     assert {"is_superuser", "groups"} <= set(change.details["changed"])
 
+    new_password = PASSWORD + "-2"
+    reset = client.post(
+        f"/django-admin/auth/user/{eve.pk}/password/",
+        {"password1": new_password, "password2": new_password, "usable_password": "true"},
+    )
+    assert reset.status_code == 302, reset.content.decode()[:2000]
+    [password] = AuditEntry.objects.filter(action="people.password", target=f"user:{eve.pk}")
+    assert password.actor_name == "root" and new_password not in str(password.details)
+
     deleted = client.post(f"/django-admin/auth/user/{eve.pk}/delete/", {"post": "yes"})
     assert deleted.status_code == 302
     [gone] = AuditEntry.objects.filter(action="people.delete", target=f"user:{eve.pk}")
