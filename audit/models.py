@@ -187,6 +187,7 @@ class RetentionPolicy(models.Model):
     updated_by = models.CharField(max_length=150, blank=True, default="")
 
     class Meta:
+        verbose_name_plural = "retention policies"
         constraints = [
             models.CheckConstraint(condition=Q(id=1), name="retention_policy_singleton"),
             models.CheckConstraint(condition=Q(keep_days__gte=1), name="retention_keep_days_min"),

@@ -408,7 +408,8 @@ def render_report(report: Report, *, max_problems: int = 200) -> list[str]:
         f"{report.runs_covered} runs covered by a signed checkpoint, "
         f"{report.events_uncovered} events newer than the last checkpoint"
     )
-    lines.append("OK" if report.ok else f"FAILED: {len(report.problems)} problems")
+    failed = len(report.problems)
+    lines.append("OK" if report.ok else f"FAILED: {failed} problem{'' if failed == 1 else 's'}")
     return lines
 
 

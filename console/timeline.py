@@ -1,8 +1,9 @@
 """A run's timeline, read from its steps and events: what the transcript draws as server-side SVG.
 
 Steps are bars from intent to outcome on one time axis; lease epochs are bands; a lost lease
-(the reaper's `lease_expired`, or a recovery lease whose previous holder never handed over) is
-the crash point, and the recovery lease is marked with how many steps it replayed. Steps a
+(the reaper's `lease_expired`, a recovery lease whose previous holder never handed over, or a
+replacement's lease whose recovery sent the run to review) is the crash point, and a lease after
+the first (a recovery, or a resume after review) is marked with how many steps it replayed. Steps a
 recovery replayed from the journal, and steps a fork copied from its original, are marked "not
 redone"; steps whose idempotency key the tool side answered from its store are marked as gateway
 replays. Waiting for a person (needs_review until the run resumed or ended) is a band too.
@@ -148,6 +149,18 @@ class Timeline:
         return LABEL + WIDTH * max(0.0, min(1.0, (at - self.start).total_seconds() / span))
 
 
+# what a lease and its recovery write, not the holder's own work
+RECOVERY_BOOKKEEPING = frozenset(
+    {
+        EventType.LEASE_ACQUIRED,
+        EventType.LEASE_EXPIRED,
+        EventType.STEP_INTERRUPTED,
+        EventType.STEP_UNKNOWN,
+        EventType.NEEDS_REVIEW,
+    }
+)
+
+
 def timeline_build(
     *,
     run: Any,
@@ -174,28 +187,39 @@ def timeline_build(
     live_end = end  # what is still open (a lease, a wait for review) is drawn to the axis' end
 
     # epochs, crash points and recoveries, reviews, cancel and forks, from the events
+    names = {s.index: s.name for s in steps}
     replayed_below = 0
     replay_window: tuple[datetime, int] | None = None
     epoch_open: tuple[datetime, str] | None = None
     review_open: datetime | None = None
-    last_event_at: datetime | None = None
+    last_event_at: datetime | None = None  # the last thing a holder journalled
+    leased_before = False
+    holder_lost_marked = False
     for e in events:
         p = e.payload if isinstance(e.payload, dict) else {}
         if e.type == EventType.LEASE_ACQUIRED:
             if epoch_open:
                 tl.bands.append(Band("epoch", epoch_open[0], e.at, epoch_open[1]))
+            replayable = int(p.get("replayable_steps") or 0)
             if p.get("recovery"):
                 if p.get("previous_worker") and last_event_at is not None:
                     # the holder never handed over: the crash is after its last journalled write
                     tl.marks.append(
                         Mark("crash", last_event_at, f"worker {p.get('previous_worker')} lost")
                     )
-                replayable = int(p.get("replayable_steps") or 0)
                 tl.marks.append(
                     Mark("recovery", e.at, f"recovered by {p.get('worker')}: {replayable} replayed")
                 )
+            elif leased_before and replayable:
+                # resumed after a review: the new holder replays the journal just the same
+                tl.marks.append(
+                    Mark("recovery", e.at, f"resumed by {p.get('worker')}: {replayable} replayed")
+                )
+            if leased_before and replayable:
                 replayed_below = max(replayed_below, replayable)
                 replay_window = (e.at, replayable)
+            leased_before = True
+            holder_lost_marked = False
             epoch_open = (e.at, f"epoch {p.get('epoch')} · {p.get('worker')}")
         elif e.type == EventType.LEASE_EXPIRED:
             if epoch_open:
@@ -204,11 +228,19 @@ def timeline_build(
             tl.marks.append(
                 Mark("crash", e.at, f"lease lost at step {p.get('at_step')} ({p.get('worker')})")
             )
+            holder_lost_marked = True
         elif e.type == EventType.NEEDS_REVIEW:
             if epoch_open:
                 tl.bands.append(Band("epoch", epoch_open[0], e.at, epoch_open[1]))
                 epoch_open = None
             review_open = review_open or e.at
+            # a replacement's lease whose recovery ended in review (its payload names the epoch
+            # it fenced): no recovery lease follows, so the crash is marked here
+            if "epoch" in p and not holder_lost_marked and last_event_at is not None:
+                inside = [f"{names.get(i, '?')} (step {i})" for i in p.get("steps") or []]
+                where = f" inside {', '.join(inside)}" if inside else ""
+                tl.marks.append(Mark("crash", last_event_at, f"worker lost{where}"))
+                holder_lost_marked = True
         elif (
             e.type in (EventType.RUN_RESUMED, EventType.RUN_ABANDONED, EventType.RUN_CANCELLED)
             and review_open
@@ -228,7 +260,7 @@ def timeline_build(
         if final and epoch_open:
             tl.bands.append(Band("epoch", epoch_open[0], e.at, epoch_open[1]))
             epoch_open = None
-        if e.type not in (EventType.LEASE_ACQUIRED, EventType.LEASE_EXPIRED):
+        if e.type not in RECOVERY_BOOKKEEPING:
             last_event_at = e.at
     if epoch_open:
         tl.bands.append(Band("epoch", epoch_open[0], live_end, epoch_open[1]))

@@ -150,6 +150,14 @@ class AuditedModelForm(forms.ModelForm):
     note = forms.CharField(required=False, max_length=2000, label="Note (for the audit log)")
 
 
+# the database's own words for the rule (one text: the form's refusal and the constraint's)
+EXPIRY_RULE = next(
+    str(c.violation_error_message)
+    for c in ApprovalRule._meta.constraints
+    if c.name == "approval_rule_expiry_sane"
+)
+
+
 class ApprovalRuleForm(AuditedModelForm):
     class Meta:
         model = ApprovalRule
@@ -170,6 +178,10 @@ class ApprovalRuleForm(AuditedModelForm):
         self.fields["tool_pattern"].error_messages["required"] = (
             "Name a tool, or a pattern such as email.*"
         )
+        # the column is unsigned, so its own message would say "≥ 0" beside a label saying 60
+        expiry = self.fields["expires_after_seconds"]
+        expiry.error_messages["min_value"] = EXPIRY_RULE
+        expiry.widget.attrs["min"] = 60
 
     def clean_agent(self) -> str:
         agent = (self.cleaned_data.get("agent") or "").strip()
@@ -274,6 +286,10 @@ class LimitsForm(forms.Form):
 
 
 class PolicyForm(AuditedModelForm):
+    # asked only while another policy is the default (budget_policy_save wants the yes)
+    replace_default = forms.BooleanField(required=False, label="Replace the default")
+    confirmations = ("replace_default",)
+
     class Meta:
         model = BudgetPolicy
         fields = list(POLICY_FIELDS)  # what budget_policy_save takes
@@ -291,6 +307,14 @@ class PolicyForm(AuditedModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        default_now = BudgetPolicy.objects.filter(is_default=True).exclude(pk=self.instance.pk)
+        named = default_now.values_list("name", flat=True).first()
+        if named is None:
+            del self.fields["replace_default"]
+        else:
+            self.fields[
+                "replace_default"
+            ].label = f"Replace the default: “{named}” then applies to no agent"
         limits_worded_alike(
             self,
             at_least_one=("max_steps", "max_tokens", "max_wall_seconds"),

@@ -27,6 +27,7 @@ class AuditEntry(models.Model):
     details = models.JSONField(default=dict, blank=True)
 
     class Meta:
+        verbose_name_plural = "audit entries"
         ordering = ["-at", "-id"]
         indexes = [
             models.Index(fields=["action", "-at"], name="audit_action_at_idx"),
@@ -143,6 +144,7 @@ class WebhookDelivery(models.Model):
     last_error = models.CharField(max_length=500, blank=True, default="")
 
     class Meta:
+        verbose_name_plural = "webhook deliveries"
         indexes = [
             models.Index(
                 fields=["created_at"],

@@ -184,7 +184,12 @@ def queue_steps(*, limit: int = QUEUE_PAGE) -> list[Step]:
 
 
 def item_columns(step: Step) -> dict[str, Any]:
-    """The customer, ticket and external id a queue row shows (arguments first, then the run)."""
+    """The customer, ticket and external id a queue row shows.
+
+    The ticket is the one the run works on (its input's, such as `T-1005`); a help-desk ticket
+    the step's arguments name (`ticket_id`, a number the agent's own tickets.create made) is
+    shown apart and labelled, and an external id that only repeats the ticket is left out, so
+    a row names each identifier once and says which is which."""
     args = step.arguments if isinstance(step.arguments, dict) else {}
     run_input = step.run.input if isinstance(step.run.input, dict) else {}
     ticket_in = run_input.get("ticket")
@@ -196,11 +201,16 @@ def item_columns(step: Step) -> dict[str, Any]:
         or inbound.get("customer")
         or ""
     )
-    ticket = args.get("ticket_id") or inbound.get("id") or run_input.get("ticket_id") or ""
+    ticket = str(inbound.get("id") or run_input.get("ticket_id") or "")[:60]
+    desk = str(args.get("ticket_id") or "")[:60]
+    external_id = step.run.external_id or ""
     return {
         "customer": str(customer)[:120],
-        "ticket": str(ticket)[:60],
-        "external_id": step.run.external_id or "",
+        "ticket": ticket,
+        "desk_ticket": desk if desk != ticket else "",
+        "external_id": ""
+        if ticket and external_id in (ticket, f"ticket:{ticket}")
+        else external_id,
     }
 
 
@@ -298,16 +308,15 @@ HISTORY_WORDS: dict[str, tuple[str, str]] = {
 def run_history(events: list[Event]) -> list[HistoryLine]:
     """Lease and recovery history in words, read from the run's own events."""
     lines: list[HistoryLine] = []
+    replays = iter(_replayed_by_lease(events))
     for e in events:
         p = _Payload(e.payload or {})
         if e.type == EventType.LEASE_ACQUIRED:
-            if p.get("recovery"):
-                text = (
-                    f"recovered by {p['worker']} (epoch {p['epoch']}); "
-                    f"{p.get('replayable_steps', 0)} steps replayed"
-                )
-            else:
-                text = f"leased by {p['worker']} (epoch {p['epoch']})"
+            replayed = next(replays)
+            took = "recovered" if p.get("recovery") else "leased"
+            text = f"{took} by {p['worker']} (epoch {p['epoch']})"
+            if p.get("recovery") or replayed:
+                text += f"; {replayed} step{'' if replayed == 1 else 's'} replayed"
             lines.append(HistoryLine(e.at, text, "lease"))
         elif e.type in HISTORY_WORDS:
             words, kind = HISTORY_WORDS[e.type]
@@ -315,13 +324,21 @@ def run_history(events: list[Event]) -> list[HistoryLine]:
     return lines
 
 
+def _replayed_by_lease(events: list[Event]) -> list[int]:
+    """Steps each lease's holder replays from the journal: every step recorded before a recovery
+    or a resume after review alike; none for the run's first lease."""
+    leases = [e for e in events if e.type == EventType.LEASE_ACQUIRED]
+    return [
+        int((e.payload or {}).get("replayable_steps", 0))
+        if n or (e.payload or {}).get("recovery")
+        else 0
+        for n, e in enumerate(leases)
+    ]
+
+
 def duplicates_prevented(events: list[Event], replays_by_key: int) -> dict[str, int]:
     """Work the ledger stopped from happening twice: replayed steps, reconciled keys, tool replays."""
-    replayed = sum(
-        int((e.payload or {}).get("replayable_steps", 0))
-        for e in events
-        if e.type == EventType.LEASE_ACQUIRED and (e.payload or {}).get("recovery")
-    )
+    replayed = sum(_replayed_by_lease(events))
     reconciled = sum(1 for e in events if e.type == EventType.RECONCILED)
     return {
         "replayed_steps": replayed,

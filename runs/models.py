@@ -65,6 +65,7 @@ class BudgetPolicy(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name_plural = "budget policies"
         constraints = [
             models.UniqueConstraint(
                 fields=["is_default"], condition=Q(is_default=True), name="one_default_policy"

@@ -20,6 +20,7 @@ class OidcIdentity(models.Model):
     last_claim_values = models.JSONField(default=list, blank=True)
 
     class Meta:
+        verbose_name_plural = "OIDC identities"
         constraints = [
             models.UniqueConstraint(fields=["issuer", "sub"], name="oidc_identity_issuer_sub"),
             models.CheckConstraint(

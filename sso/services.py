@@ -173,14 +173,18 @@ def sso_sign_in(*, conf: SsoSettings, issuer: str, claims: dict[str, Any]) -> Si
     return result
 
 
-def sso_failure_record(*, provider: str, reason: str, message: str, ip: str) -> None:
-    """A sign-in that failed before the provider vouched for anyone (state, code, token)."""
+def sso_failure_record(
+    *, provider: str, reason: str, message: str, ip: str, detail: str = ""
+) -> None:
+    """A sign-in that failed before the provider vouched for anyone (state, code, token);
+    `detail`: what the library said (for whoever finds out why), kept when there is one."""
+    details = {"provider": provider, "reason": reason, "ip": ip}
     audit_record(
         actor="anonymous",
         action="sso.refused",
         target="sso:callback",
         note=message,
-        details={"provider": provider, "reason": reason, "ip": ip},
+        details={**details, "detail": detail[:500]} if detail else details,
     )
 
 
@@ -248,6 +252,46 @@ def people_groups_set(*, actor: User, user_id: int, groups: list[str]) -> User:
             )
         _groups_audited(user, names, actor=actor, action="people.groups", username=user.username)
     return user
+
+
+def people_admin_saved(*, actor: Any, user: User, created: bool, changed: list[str]) -> None:
+    """A person added or changed in Django's admin: the entry the people page would write, with
+    what the admin changed (never the password itself). Call it inside the admin's transaction."""
+    audit_record(
+        actor=actor,
+        action="people.create" if created else "people.change",
+        target=f"user:{user.pk}",
+        details={
+            "username": user.username,
+            "groups": sorted(user.groups.values_list("name", flat=True)),
+            "superuser": user.is_superuser,
+            "active": user.is_active,
+            "changed": sorted(changed),
+            "source": "django-admin",
+        },
+    )
+
+
+def people_admin_password_set(*, actor: Any, user_id: int) -> None:
+    """A password set in Django's admin for someone (the password itself is never kept)."""
+    user = _person(user_id)
+    audit_record(
+        actor=actor,
+        action="people.password",
+        target=f"user:{user.pk}",
+        details={"username": user.username, "source": "django-admin"},
+    )
+
+
+def people_admin_deleted(*, actor: Any, users: list[User]) -> None:
+    """People deleted in Django's admin (before the rows go, so their names are kept)."""
+    for user in users:
+        audit_record(
+            actor=actor,
+            action="people.delete",
+            target=f"user:{user.pk}",
+            details={"username": user.username, "source": "django-admin"},
+        )
 
 
 def user_sessions_end(user: User) -> int:

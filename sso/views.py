@@ -20,6 +20,7 @@ from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.text import capfirst
 from django.views.decorators.http import require_GET, require_POST
 from mozilla_django_oidc.views import OIDCAuthenticationRequestView
 
@@ -46,16 +47,36 @@ def _client_ip(request: HttpRequest) -> str:
     return str(request.META.get("REMOTE_ADDR") or "")
 
 
+# what a person can do when the provider, not they, is the trouble
+TRY_AGAIN = (
+    "Try again in a few minutes; if it keeps happening, tell your administrator "
+    "(the server's log says what failed)."
+)
+
+
 def failed(
-    request: HttpRequest, conf: SsoSettings, reason: str, message: str, status: int
+    request: HttpRequest,
+    conf: SsoSettings,
+    reason: str,
+    message: str,
+    status: int,
+    *,
+    detail: str = "",
 ) -> HttpResponse:
-    """The sign-in failed: no session (a signed-in user is signed out), an audit entry, a page."""
+    """The sign-in failed: no session (a signed-in user is signed out), an audit entry, a page.
+
+    `message` is for the person at the browser; `detail` (a library's own words: a URL, a
+    socket error) goes to the log and the audit entry, never to the page."""
     request.session.flush()
     request.user = AnonymousUser()
     services.sso_failure_record(
-        provider=conf.provider_name, reason=reason, message=message, ip=_client_ip(request)
+        provider=conf.provider_name,
+        reason=reason,
+        message=message,
+        ip=_client_ip(request),
+        detail=detail,
     )
-    log.warning("sso sign-in failed (%s): %s", reason, message)
+    log.warning("sso sign-in failed (%s): %s%s", reason, message, f" [{detail}]" if detail else "")
     context = {
         "provider_name": conf.provider_name,
         "reason": reason,
@@ -88,8 +109,10 @@ class StartView(OIDCAuthenticationRequestView):
                 request,
                 conf,
                 "provider_unreachable",
-                f"{conf.provider_name} could not be reached to start the sign-in ({exc}).",
+                f"{capfirst(conf.provider_name)} could not be reached, so the sign-in could "
+                "not start. " + TRY_AGAIN,
                 502,
+                detail=str(exc),
             )
         self.values = library_settings(conf, provider)
         self.OIDC_OP_AUTH_ENDPOINT = provider.authorization_endpoint
@@ -147,14 +170,24 @@ def callback(request: HttpRequest) -> HttpResponse:
             request,
             conf,
             "provider_unreachable",
-            f"{conf.provider_name} could not be reached ({exc}).",
+            f"{capfirst(conf.provider_name)} could not be reached to finish the sign-in. "
+            + TRY_AGAIN,
             502,
+            detail=str(exc),
         )
     except requests.HTTPError as exc:
         answer = exc.response.text[:300] if exc.response is not None else str(exc)
         if exc.response is None or exc.response.url != provider.token_endpoint:
             # the JWKS or userinfo endpoint answered with an error
-            return failed(request, conf, "provider_error", f"{conf.provider_name}: {exc}", 502)
+            return failed(
+                request,
+                conf,
+                "provider_error",
+                f"{capfirst(conf.provider_name)} answered with an error while finishing the "
+                "sign-in. " + TRY_AGAIN,
+                502,
+                detail=str(exc),
+            )
         return failed(
             request,
             conf,
@@ -168,11 +201,19 @@ def callback(request: HttpRequest) -> HttpResponse:
             request,
             conf,
             "provider_unreachable",
-            f"{conf.provider_name} stopped answering during the sign-in ({exc}).",
+            f"{capfirst(conf.provider_name)} stopped answering during the sign-in. " + TRY_AGAIN,
             502,
+            detail=str(exc),
         )
     except requests.RequestException as exc:
-        return failed(request, conf, "provider_error", f"{conf.provider_name}: {exc}", 502)
+        return failed(
+            request,
+            conf,
+            "provider_error",
+            f"{capfirst(conf.provider_name)} could not finish the sign-in. " + TRY_AGAIN,
+            502,
+            detail=str(exc),
+        )
     except TokenRejected as exc:
         return failed(request, conf, "token_rejected", str(exc), 400)
     except (SuspiciousOperation, jwt.PyJWTError) as exc:

@@ -140,6 +140,7 @@ def test_the_manual_builds_strict_and_a_broken_link_fails_it(tmp_path: Path) -> 
     # the same manual with one link to a page that does not exist
     shutil.copytree(ROOT / "docs", tmp_path / "docs")
     (tmp_path / "mkdocs.yml").write_text((ROOT / "mkdocs.yml").read_text())
+    (tmp_path / "README.md").write_text((ROOT / "README.md").read_text())  # getting started's
     page = tmp_path / "docs" / "architecture.md"
     page.write_text(page.read_text() + "\nSee [the missing page](missing.md).\n")
     broken = _mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "broken-site")

@@ -119,12 +119,24 @@ def _policy_check(policy: BudgetPolicy) -> None:
         )
 
 
-def _default_replace(user: AbstractBaseUser | str, policy: BudgetPolicy) -> None:
+def _default_replace(
+    user: AbstractBaseUser | str, policy: BudgetPolicy, *, confirmed: bool
+) -> None:
     """A new default takes the flag over from the old one, whose change is audited on its own
-    (`policy.update`, is_default true → false): the old default then applies to no agent."""
+    (`policy.update`, is_default true → false): the old default then applies to no agent. Only
+    when the person said so (`confirmed`): a default is not replaced by a stray tick."""
     if not policy.is_default:
         return
-    olds = BudgetPolicy.objects.select_for_update().filter(is_default=True).exclude(pk=policy.pk)
+    olds = list(
+        BudgetPolicy.objects.select_for_update().filter(is_default=True).exclude(pk=policy.pk)
+    )
+    if olds and not confirmed:
+        said = (
+            f"“{olds[0].name}” is the default policy now: saving makes “{policy.name}” the "
+            f"default instead, and “{olds[0].name}” then applies to no agent. "
+            "Tick “Replace the default” to confirm."
+        )
+        raise ApplicationError("confirmation_required", said, details={"replace_default": [said]})
     for old in olds:
         before = _setting_values(old, POLICY_FIELDS)
         old.is_default = False
@@ -139,14 +151,14 @@ def budget_policy_save(
     *, user: AbstractBaseUser | str, policy: BudgetPolicy | None, values: dict[str, Any]
 ) -> BudgetPolicy:
     """Create or edit a policy; making it the default moves the default flag onto it (the old
-    default's change is an audit entry of its own).
+    default's change is an audit entry of its own), once `values["replace_default"]` confirms it.
 
     Running runs keep the limits they copied; this only affects runs created afterwards.
     """
 
     def check(target: BudgetPolicy) -> None:
         _policy_check(target)
-        _default_replace(user, target)
+        _default_replace(user, target, confirmed=bool(values.get("replace_default")))
 
     def conflict(exc: IntegrityError) -> ApplicationError:
         taken = "agent" if "agent" in str(exc) else "name"

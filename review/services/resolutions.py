@@ -43,17 +43,20 @@ def review_step_resolve(
     """
     resolution_validate(action=action, note=note, result=result)
     with transaction.atomic():
-        step_now = Step.objects.filter(run_id=run_id, index=index).only("enforced_by").first()
+        step_now = (
+            Step.objects.filter(run_id=run_id, index=index).only("enforced_by", "name").first()
+        )
         risky = (
             action == Resolution.RETRY
             and step_now is not None
             and step_now.enforced_by == EnforcedBy.NOBODY
         )
         if risky and not confirmed_may_repeat:
+            assert step_now is not None
             raise ApplicationError(
                 "confirmation_required",
-                "Nobody enforces this tool's idempotency: a retry may make it happen twice "
-                "(a second email to the customer). Confirm that this is acceptable.",
+                f"Nobody enforces {step_now.name}'s idempotency: a retry may make its effect "
+                "happen twice. Confirm that this is acceptable.",
                 details={"confirm": ["Required for a retry of a step enforced by nobody."]},
             )
         claimed = (

@@ -131,6 +131,8 @@ def save_form[T](
         return None
     values = {f: form.cleaned_data[f] for f in fields}
     values["note"] = form.cleaned_data.get("note", "")
+    for name in getattr(form, "confirmations", ()):  # a person's "yes, I mean it", if asked
+        values[name] = bool(form.cleaned_data.get(name))
     try:
         return save(values)
     except ApplicationError as exc:

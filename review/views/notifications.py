@@ -39,7 +39,7 @@ def notifications(request: HttpRequest) -> HttpResponse:
         request,
         "review/notifications.html",
         {
-            "nav": "policies",
+            "nav": "notifications",
             "form": form,
             "webhooks": selectors.webhooks_with_last_delivery(),
             "reachable": escalation_reachable(),

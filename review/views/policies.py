@@ -48,7 +48,8 @@ def _setting_page[M: Model](
     if result is not None:
         messages.success(request, saved(result))
         return HttpResponseRedirect(reverse(back))
-    context = {"nav": "policies", "form": form, name: stored, **(extra or {})}
+    nav = "approval_rules" if name == "rule" else "policies"
+    context = {"nav": nav, "form": form, name: stored, **(extra or {})}
     status = 400 if request.method == "POST" else 200
     return render(request, f"review/{name}_form.html", context, status=status)
 
@@ -108,7 +109,9 @@ def policy_delete(request: HttpRequest, pk: int) -> HttpResponse:
 def approval_rules(request: HttpRequest) -> HttpResponse:
     """Every approval rule an admin wrote (not the fence that holds forks' writes)."""
     rows = ApprovalRule.objects.filter(is_fork_fence=False).order_by("agent", "tool_pattern")
-    return render(request, "review/approval_rules.html", {"nav": "policies", "rules": list(rows)})
+    return render(
+        request, "review/approval_rules.html", {"nav": "approval_rules", "rules": list(rows)}
+    )
 
 
 @require_http_methods(["GET", "POST"])

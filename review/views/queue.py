@@ -176,12 +176,20 @@ def queue_item(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
 
 
 def _item_response(
-    request: HttpRequest, step: Step, *, error: str = "", form: Any = None, ok: str = ""
+    request: HttpRequest,
+    step: Step,
+    *,
+    error: str = "",
+    form: Any = None,
+    ok: str = "",
+    claim_refused: bool = False,
 ) -> HttpResponse:
-    """htmx: the decision partial (with the outcome); otherwise a redirect with a message."""
+    """htmx: the decision partial (with the outcome); otherwise a redirect with a message.
+    `claim_refused`: the partial's own line about the claim is the refusal (no second one)."""
     if is_htmx(request):
         step = _get_step(step.run_id, step.index)
         context = _item_context(request, step, form=form, error=error, ok=ok)
+        context["claim_refused"] = claim_refused
         response = render(
             request, "review/item.html#decision", context, status=200 if not error else 409
         )
@@ -219,6 +227,9 @@ def queue_item_action[F: forms.Form](
             try:
                 said = decide(request, step, fields)
             except ApplicationError as exc:
+                if exc.code == "claimed" and step.state == StepState.UNKNOWN and is_htmx(request):
+                    # the decision box says who holds the claim until when: said once, there
+                    return _item_response(request, step, form=kept, claim_refused=True)
                 return _item_response(request, step, error=error_text(exc), form=kept)
             return _item_response(request, step, ok=said)
 

@@ -30,6 +30,7 @@ from runs.chain import run_chain_breaks
 from runs.constants import FINAL_STATUSES, LIVE_STATUSES, RunStatus, StepState
 from runs.models import Event, Run, Step
 from runs.services.budgets import budget_of
+from runs.vocabulary import EventType
 
 
 def _run_rows(runs: list[Run]) -> list[dict[str, Any]]:
@@ -84,7 +85,14 @@ def _transcript_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     ]
     budget = budget_of(run)
     now = clock.now()
-    wall_used = int(((run.finished_at or now) - run.created_at).total_seconds())
+    # a run stopped by a budget is not final (raised limits resume it), but it spends no time:
+    # its bar stands where it stopped, as a finished run's does
+    stopped_at = run.finished_at or (
+        next((e.at for e in reversed(events) if e.type == EventType.BUDGET_EXCEEDED), None)
+        if run.status == RunStatus.BUDGET_EXCEEDED
+        else None
+    )
+    wall_used = int(((stopped_at or now) - run.created_at).total_seconds())
     # a lease is current only while a live run's holder may still write: a stopped run, or one
     # whose lease ran out, shows who held it last and when that ended
     lease_current = bool(
@@ -103,6 +111,8 @@ def _transcript_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         # waiting for a person stops no clock: the deadline is the creation time plus the limit
         "wall_label": "wall clock s (runs on while it waits)"
         if run.status == RunStatus.NEEDS_REVIEW
+        else "wall clock s (when it stopped)"
+        if run.status == RunStatus.BUDGET_EXCEEDED
         else "wall clock s",
         "lease_current": lease_current,
         "step_rows": step_rows,

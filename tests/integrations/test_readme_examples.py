@@ -27,6 +27,12 @@ def example_code(example: Block, ledger_server: str) -> str:
     return example.code.replace("http://ledger:8000", ledger_server)
 
 
+def leased_by(run: Run) -> list[str]:
+    """The worker names the run's leases went to: a stable one makes a restart resume at once."""
+    leases = run.events.filter(type="lease_acquired").order_by("seq")
+    return [e.payload["worker"] for e in leases]
+
+
 def test_pydantic_ai_example(ledger_server: str, worker_token: str, transactional_db: Any) -> None:
     code = example_code(PYDANTIC_AI, ledger_server)
     exec(compile(code, PAGE, "exec"), {"token": worker_token})  # noqa: S102
@@ -37,6 +43,7 @@ def test_pydantic_ai_example(ledger_server: str, worker_token: str, transactiona
     assert ("tool", "refund", "write") in steps
     assert steps[0][0] == "model" and steps[-1][0] == "model"
     assert run.steps.get(name="refund").enforced_by == "nobody"
+    assert leased_by(run) == ["pod-1"]
 
 
 def test_openai_agents_example(
@@ -57,6 +64,7 @@ def test_openai_agents_example(
     assert done.returncode == 0, done.stderr
     run = Run.objects.get(agent="refunds-openai", external_id="order-A-1")
     assert run.status == "completed" and run.output == "Refunded A-1."
+    assert leased_by(run) == ["pod-1"]
     steps = list(run.steps.order_by("index").values_list("kind", "name", "effect"))
     assert steps == [
         ("model", "model:ScriptedModel", "read"),
@@ -84,6 +92,7 @@ def test_langgraph_example(
     exec(example, {"token": worker_token, "chat_model": chat_model})  # noqa: S102
     run = Run.objects.get(agent="refunds-langgraph", external_id="order-A-1")
     assert run.status == "completed" and run.output == "Refunded A-1."
+    assert leased_by(run) == ["pod-1"]
     steps = list(run.steps.order_by("index").values_list("kind", "name", "effect", "enforced_by"))
     assert steps == [
         ("model", "model:ScriptedChatModel", "read", None),

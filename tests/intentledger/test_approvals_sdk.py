@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from intentledger import ApprovalDenied, ApprovalPending, Ledger
+from intentledger import ApprovalDenied, ApprovalPending, Ledger, StopRun
 
 from runs.models import ApprovalRule, Step
 from runs.models import Run as RunRow
@@ -93,6 +93,32 @@ def test_a_denial_is_approval_denied_and_the_agent_goes_on(ledger: Ledger) -> No
     assert sent == []
     states = list(Step.objects.filter(run_id=run.id).values_list("state", flat=True))
     assert states == ["denied", "done"]
+
+
+def test_a_denial_the_agent_does_not_catch_is_a_clean_stop_and_the_run_fails_saying_why(
+    ledger: Ledger,
+) -> None:
+    """The README's agent (`except StopRun`) meets a denial: no traceback, a failed run."""
+    sent: list[Any] = []
+    run_ids: list[str] = []
+    supervisor = decide_when_waiting(
+        run_ids,
+        lambda run_id: step_deny(run_id=run_id, index=0, by="sam", note="wrong address"),
+    )
+    try:
+        with ledger.run("sdk-deny-uncaught", {}, worker="w-u") as run:
+            run_ids.append(run.id)
+            run.tool("email.send", EMAIL, enforced_by="nobody", fn=mailer(sent))
+            run.output = {"mailed": True}
+    except StopRun as stop:
+        stopped: StopRun = stop
+    supervisor.join(5)
+    assert isinstance(stopped, ApprovalDenied) and stopped.details["by"] == "sam"
+    row = RunRow.objects.get(pk=run_ids[0])
+    assert row.status == "failed"
+    assert row.error is not None and row.error["type"] == "ApprovalDenied"
+    assert "wrong address" in row.error["message"]
+    assert sent == []
 
 
 def test_without_waiting_the_run_stops_and_a_later_worker_runs_the_approved_step(

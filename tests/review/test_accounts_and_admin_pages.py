@@ -166,7 +166,8 @@ def test_making_a_policy_the_default_moves_the_default_flag(client_for):
         max_recoveries=1,
     )
     response = client_for(ADMINS).post(
-        "/policies/new", _policy(name="new-default", agent="", is_default="on")
+        "/policies/new",
+        _policy(name="new-default", agent="", is_default="on", replace_default="on"),
     )
     assert response.status_code == 302
     old.refresh_from_db()

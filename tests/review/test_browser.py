@@ -76,11 +76,11 @@ def test_supervisor_sends_the_email_back_for_retry_and_the_run_completes(browser
     page = signed_in(browser, base, "sam")
     _open_item_from_queue(page, base, item)
     # nobody enforces email.send: the page says a retry may send it twice, and asks
-    assert "may get it twice" in page.locator("#retry-warning").inner_text()
+    assert "its effect may happen twice" in page.locator("#retry-warning").inner_text()
     page.fill("#note", "Not in the SMTP log: send it again with the same key.")
     page.click("button[value=retry]")
     page.locator("#decision-error").wait_for()
-    assert "may make it happen twice" in page.locator("#decision-error").inner_text()
+    assert "may make its effect happen twice" in page.locator("#decision-error").inner_text()
     assert item.step.state == StepState.UNKNOWN
     # the typed note survived the refusal; confirming lets the retry through
     assert page.locator("#note").input_value().startswith("Not in the SMTP log")

@@ -37,13 +37,22 @@ def policy_values(**overrides: Any) -> dict[str, str]:
     }
 
 
-def test_a_new_default_says_which_it_replaces_and_the_old_ones_change_is_audited() -> None:
+def test_a_new_default_warns_asks_before_it_replaces_the_old_and_the_change_is_audited() -> None:
     old = BudgetPolicy.objects.get(is_default=True)  # seeded by the migration
     client = admin()
     form = client.get("/policies/new").content.decode()
     assert f"The default policy now is “{old.name}”" in form
 
-    saved = client.post("/policies/new", policy_values(), follow=True)
+    # a tick on "Default policy" alone is a question, not a replacement
+    asked = client.post("/policies/new", policy_values())
+    said = asked.content.decode()
+    assert asked.status_code == 400 and "Tick “Replace the default” to confirm." in said
+    assert f"Replace the default: “{old.name}” then applies to no agent" in said
+    old.refresh_from_db()
+    assert old.is_default and not BudgetPolicy.objects.filter(name="strict").exists()
+    assert not AuditEntry.objects.filter(action__startswith="policy.").exists()
+
+    saved = client.post("/policies/new", policy_values(replace_default="on"), follow=True)
 
     assert "new runs of agents without a policy of their own use it" in saved.content.decode()
     old.refresh_from_db()

@@ -252,7 +252,7 @@ def test_a_retry_of_a_step_nobody_enforces_needs_the_may_happen_twice_confirmati
     page = client.get(f"/queue/{unknown_step.run_id}/2/").content.decode()
     assert "Retry (may happen twice)" in page and 'id="confirm-repeat"' in page
     refused = _resolve(client, unknown_step, action="retry", note="not in the log")
-    assert any("may make it happen twice" in m for m in _messages(refused))
+    assert any("may make its effect happen twice" in m for m in _messages(refused))
     _unchanged(unknown_step, events)
     _resolve(client, unknown_step, action="retry", note="not in the log", confirm_repeat="on")
     assert unknown_step.step.state == StepState.INTERRUPTED

@@ -131,3 +131,56 @@ def test_an_admin_cannot_deactivate_themselves(groups):
     response = client.post(f"/people/{ada.pk}/deactivate")
     assert told(response) == ["You cannot deactivate yourself."]
     assert User.objects.get(pk=ada.pk).is_active
+
+
+def test_a_person_added_changed_or_deleted_in_djangos_admin_is_audited(groups):
+    root = User.objects.create_superuser("root", "root@example.com", PASSWORD)
+    client = Client()
+    client.force_login(root)
+    added = client.post(
+        "/django-admin/auth/user/add/",
+        {
+            "username": "eve",
+            "password1": PASSWORD,
+            "password2": PASSWORD,
+            "usable_password": "true",
+        },
+    )
+    assert added.status_code == 302, added.content.decode()[:2000]
+    eve = User.objects.get(username="eve")
+    [created] = AuditEntry.objects.filter(action="people.create", target=f"user:{eve.pk}")
+    assert created.actor_name == "root" and created.details["source"] == "django-admin"
+    assert PASSWORD not in str(created.details)
+
+    supervisors = eve.groups.model.objects.get(name=SUPERVISORS)
+    changed = client.post(
+        f"/django-admin/auth/user/{eve.pk}/change/",
+        {
+            "username": "eve",
+            "is_active": "on",
+            "is_superuser": "on",
+            "groups": [supervisors.pk],
+            "last_login_0": "",
+            "last_login_1": "",
+            "date_joined_0": "2026-12-01",
+            "date_joined_1": "10:00:00",
+        },
+    )
+    assert changed.status_code == 302, changed.content.decode()[:2000]
+    [change] = AuditEntry.objects.filter(action="people.change", target=f"user:{eve.pk}")
+    assert change.details["superuser"] is True and change.details["groups"] == [SUPERVISORS]
+    assert {"is_superuser", "groups"} <= set(change.details["changed"])
+
+    new_password = PASSWORD + "-2"
+    reset = client.post(
+        f"/django-admin/auth/user/{eve.pk}/password/",
+        {"password1": new_password, "password2": new_password, "usable_password": "true"},
+    )
+    assert reset.status_code == 302, reset.content.decode()[:2000]
+    [password] = AuditEntry.objects.filter(action="people.password", target=f"user:{eve.pk}")
+    assert password.actor_name == "root" and new_password not in str(password.details)
+
+    deleted = client.post(f"/django-admin/auth/user/{eve.pk}/delete/", {"post": "yes"})
+    assert deleted.status_code == 302
+    [gone] = AuditEntry.objects.filter(action="people.delete", target=f"user:{eve.pk}")
+    assert gone.details["username"] == "eve"

@@ -245,7 +245,12 @@ def test_bad_answers_end_on_an_error_page_without_a_session(
     settings.OIDC_ISSUER = f"http://127.0.0.1:{free_port()}/realms/agents"
     page.goto(f"{base}/login/")
     page.click("#sso-start")
-    assert "could not be reached" in ends_on_error(page, base, "provider_unreachable")
+    page.locator("#sso-error").wait_for()
+    shot(page, "sso-provider-down")
+    said = ends_on_error(page, base, "provider_unreachable")
+    assert "could not be reached, so the sign-in could not start" in said
+    assert "tell your administrator" in said
+    assert not re.search(r"HTTPConnectionPool|Max retries|Errno|urllib3|127\.0\.0\.1", said)
 
     reasons = [e.details["reason"] for e in AuditEntry.objects.filter(action="sso.refused")]
     assert sorted(set(reasons)) == [

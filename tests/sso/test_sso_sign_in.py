@@ -1,6 +1,8 @@
 """What a sign-in the provider vouched for does here: the user (by issuer and sub), their groups,
 the audit entries; and the settings that say which claim values map to which group."""
 
+import html
+import re
 from typing import Any
 
 import pytest
@@ -229,13 +231,29 @@ def test_a_callback_without_state_or_with_an_error_leaves_no_session(groups, set
 
 
 @pytest.mark.django_db
-def test_an_unreachable_provider_is_said_before_the_browser_is_sent_there(groups, settings):
+def test_an_unreachable_provider_is_said_in_words_and_the_detail_goes_to_the_log(
+    groups, settings, caplog
+):
     from tests.processes import free_port
 
-    settings.OIDC_ISSUER = f"http://127.0.0.1:{free_port()}/realms/x"
+    port = free_port()
+    settings.OIDC_ISSUER = f"http://127.0.0.1:{port}/realms/x"
     settings.OIDC_CLIENT_ID, settings.OIDC_CLIENT_SECRET = "agent-ledger", "s3cret"
-    response = Client().get("/sso/start/")
-    assert response.status_code == 502 and b"could not be reached" in response.content
+    with caplog.at_level("WARNING", logger="sso"):
+        response = Client().get("/sso/start/")
+    assert response.status_code == 502
+    said = re.search(r'<p role="alert">(.*?)</p>', response.content.decode(), re.S)
+    assert said is not None
+    sentence = html.unescape(said.group(1))
+    assert sentence[0].isupper()
+    assert "could not be reached, so the sign-in could not start." in sentence
+    assert "tell your administrator" in sentence
+    for raw in ("HTTPConnectionPool", "Max retries", "Errno", "urllib3", str(port)):
+        assert raw not in response.content.decode(), raw
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "could not be reached" in logged and str(port) in logged  # the detail, for admins
+    entry = AuditEntry.objects.get(action="sso.refused")
+    assert str(port) in entry.details["detail"]
 
 
 def test_the_start_up_check_refuses_settings_nobody_could_sign_in_with(settings):

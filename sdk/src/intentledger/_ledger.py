@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from intentledger._http import HttpTransport
 from intentledger._run import Run, StepInfo
+from intentledger._worker_names import default_worker_name
 
 if TYPE_CHECKING:
     from intentledger._transport import Transport
@@ -17,16 +18,6 @@ MAX_WAIT_SECONDS = 60  # the most one ?wait= call may ask for
 SETTLED_STATUSES = frozenset(
     {"completed", "failed", "abandoned", "needs_review", "budget_exceeded"}
 )
-
-
-def default_worker_name() -> str:
-    """A stable name makes a restarted worker take its own lease back at once (no TTL wait).
-
-    INTENTLEDGER_WORKER wins (set it to the pod or Celery node name); else host:pid.
-    """
-    import socket
-
-    return os.environ.get("INTENTLEDGER_WORKER") or f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Ledger:

@@ -23,9 +23,11 @@ from intentledger._steps import (
     _usage_of,
 )
 from intentledger._transport import StepIntent, StepOutcome, ToolCall
+from intentledger._worker_names import dead_holder_here, this_process
 from intentledger.errors import (
     ApprovalDenied,
     ApprovalPending,
+    LeaseHeld,
     LedgerError,
     LedgerUnavailable,
     NeedsReview,
@@ -80,9 +82,10 @@ class Run:
     On a clean exit the run is completed with `run.output`. An exception fails it, except the
     ones that mean "stop, someone else decides" (StaleLease, NeedsReview, BudgetExceeded,
     RunFinished), a non-determinism (left for recovery, then review) and an unreachable ledger:
-    those write nothing and propagate. A run finished with a write step still open (its error
-    caught by the agent before its outcome was recorded) is not completed: the ledger sends
-    that step to review and the block raises NeedsReview (`details["steps"]`).
+    those write nothing and propagate. An uncaught ApprovalDenied (a StopRun too) fails the run
+    with the denial as its error and propagates. A run finished with a write step still open
+    (its error caught by the agent before its outcome was recorded) is not completed: the
+    ledger sends that step to review and the block raises NeedsReview (`details["steps"]`).
     """
 
     def __init__(
@@ -152,7 +155,17 @@ class Run:
     def lease(self) -> dict[str, Any]:
         """Acquire the lease: a new epoch fences earlier holders; returns the grant."""
         sent = time.monotonic()
-        grant = self._transport.lease(self.id, worker=self.worker, ttl_seconds=self.ttl_seconds)
+        try:
+            grant = self._transport.lease(self.id, worker=self.worker, ttl_seconds=self.ttl_seconds)
+        except LeaseHeld as held:
+            # this process's default name, and the holder a dead process of this host (a
+            # crash, then a restart): take the run back under the holder's name, a recovery
+            predecessor = dead_holder_here(held.details.get("worker"))
+            if self.worker != this_process() or predecessor is None:
+                raise
+            logger.info("run %s: taking the lease back from %s (gone)", self.id, predecessor)
+            self.worker = predecessor
+            grant = self._transport.lease(self.id, worker=self.worker, ttl_seconds=self.ttl_seconds)
         self.lease_seconds = time.monotonic() - sent
         self._lease_deadline = sent + self.ttl_seconds
         self.epoch = int(grant["epoch"])
@@ -176,8 +189,11 @@ class Run:
         if self._token is not None:
             _current.reset(self._token)
             self._token = None
-        failing = isinstance(exc, Exception) and not isinstance(
-            exc, StopRun | NondeterminismError | LedgerUnavailable
+        # an uncaught denial stops the agent like any StopRun, but the run has nowhere to go
+        # (a replay meets the same denial): it fails, with the denial as its error
+        failing = isinstance(exc, ApprovalDenied) or (
+            isinstance(exc, Exception)
+            and not isinstance(exc, StopRun | NondeterminismError | LedgerUnavailable)
         )
         if self._stopped is not None or not (exc is None or failing):
             self._offer_held()  # the block stops writing: the held outcome, once, if it lands
@@ -574,6 +590,8 @@ class Run:
             raise self._stopped
         try:
             return call(*args, **kwargs)
+        except ApprovalDenied:
+            raise  # this step only: the agent may go on with another
         except StopRun as stop:
             raise self._stop(stop) from None
 

@@ -65,12 +65,14 @@ class ApprovalPending(StopRun):
     (`wait_for_approval=False`): stop now; the run is offered to a worker again once decided."""
 
 
-class ApprovalDenied(LedgerError):
+class ApprovalDenied(StopRun):
     """People denied this write step (or nobody approved it in time): it must not run.
 
-    Not a stop: the agent may catch it and go on with another step (a replay raises it again at
-    the same point, so the run stays deterministic). Uncaught, the run fails. `details` holds
-    `index`, `action` (`deny` or `expire`), `by`, `note` and `at`.
+    The agent may catch it and go on with another step (a replay raises it again at the same
+    point, so the run stays deterministic). Uncaught, it is a clean stop like any StopRun (an
+    `except StopRun` sees it, no traceback) and the run is recorded `failed` with this denial as
+    its error, since no worker could get past the step. `details` holds `index`, `action`
+    (`deny` or `expire`), `by`, `note` and `at`.
     """
 
 

@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 from intentledger._ledger import Ledger
 from intentledger._run import Run
 from intentledger._transport import StepIntent, StepOutcome
-from intentledger.errors import LedgerError, LedgerUnavailable, StopRun
+from intentledger.errors import ApprovalDenied, LedgerError, LedgerUnavailable, StopRun
 from intentledger.integrations._core import JournalError, journal_from_async, journalable
 from intentledger.integrations.mcp.config import ToolPolicy
 from intentledger.integrations.mcp.sessions import (
@@ -161,10 +161,12 @@ class Gateway:
             except UpstreamLost as lost:
                 self.lost = lost
                 return text_result(f"upstream_lost: {lost.message}")
+            except ApprovalDenied as denied:  # this call only: the model may go on
+                return text_result(f"{denied.code}: {denied.message}")
             except (StopRun, LedgerUnavailable) as stop:
                 # fenced, in review, finished, or no ledger: the session writes nothing more
                 return text_result(self.runs.stop(agent, external_id, stop))
-            except LedgerError as refused:  # e.g. approval_denied: this call only
+            except LedgerError as refused:  # this call only
                 return text_result(f"{refused.code}: {refused.message}")
         finally:
             if not handed_over:

@@ -11,7 +11,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 
 from intentledger._ledger import Ledger
-from intentledger.errors import LedgerError, StepFailed, StopRun
+from intentledger.errors import ApprovalDenied, LedgerError, StepFailed, StopRun
 from intentledger.integrations._core import JournalError, journalable
 from intentledger.integrations.mcp.sessions import RUN_META, Runs, run_named, text_result
 from intentledger.integrations.mcp.stdio import serve_on_stdio
@@ -139,6 +139,8 @@ class LedgerToolServer:
         except StepFailed as failed:
             return text_result(json.dumps(failed.result, ensure_ascii=False))
         except StopRun as stop:
+            if isinstance(stop, ApprovalDenied):  # this call only: the model may go on
+                return text_result(f"{stop.code}: {stop.message}")
             return text_result(self.runs.stop(agent, external_id, stop))
         except LedgerError as refused:
             return text_result(f"{refused.code}: {refused.message}")
