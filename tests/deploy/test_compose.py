@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.deploy.podman import BASE_IMAGE, Podman
+from tests.deploy.podman import BASE_IMAGE, Podman, cannot_run
 from tests.processes import ROOT, STARTUP_TIMEOUT, free_port
 
 pytestmark = pytest.mark.slow
@@ -128,7 +128,7 @@ def test_compose_up_gives_a_ledger_whose_worker_completes_a_run(
     podman: Podman, ledger_image: str, django_db_setup: Any
 ) -> None:
     if shutil.which("podman-compose") is None:
-        pytest.skip("podman-compose is not installed (apt-get install podman-compose)")
+        cannot_run("podman-compose is not installed (apt-get install podman-compose)")
     standins_build(podman)
     port = free_port()
     started = time.monotonic()
