@@ -91,6 +91,7 @@ INSTALLED_APPS = [
     "console",
     "sso",  # sign-in through the company's identity provider (OpenID Connect), the people page
     "demo",  # scripts/demo's management commands (demo_seed, demo_story); no models
+    "config.apps.DeploymentConfig",  # settings a deployment left out, named at start (no models)
 ]
 
 MIDDLEWARE = [
@@ -397,6 +398,8 @@ LEDGER_KEY_STATE_LOOKUP = os.environ.get(
 )
 INTENTLEDGER_URL = os.environ.get("INTENTLEDGER_URL", "http://127.0.0.1:8000")
 INTENTLEDGER_TOKEN = os.environ.get("INTENTLEDGER_TOKEN", "")
+# where people reach the dashboard: the links in escalation mails and webhooks
+LEDGER_DASHBOARD_URL = os.environ.get("LEDGER_DASHBOARD_URL", "") or INTENTLEDGER_URL
 # How the Celery-run agents journal, as the worker INTENTLEDGER_TOKEN names: `inprocess` through
 # this process's database connection (runs.inprocess: no HTTP hop, no dependency on the web
 # tier), or `http` to INTENTLEDGER_URL like any other worker.
