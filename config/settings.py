@@ -211,6 +211,8 @@ if env_bool("SECURE_PROXY_SSL_HEADER", False):  # behind a proxy that sets X-For
 CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
 ]
+# a refused form says what to set (plain HTTP with secure cookies, an unknown origin)
+CSRF_FAILURE_VIEW = "config.csrf.csrf_failure"
 # Content-Security-Policy (Django's built-in middleware): scripts only from our own origin or
 # with the per-request nonce, never inline; inline style *attributes* (budget bar widths) allowed.
 SECURE_CSP = {

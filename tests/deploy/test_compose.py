@@ -7,10 +7,11 @@ What the test substitutes, and why: no image registry answers on the test machin
 (tests/deploy/images: Debian's PostgreSQL 17 and Redis, with the official images' variables,
 data folders and health commands), named through compose.yaml's POSTGRES_IMAGE and REDIS_IMAGE;
 the ledger's image is the one test_image.py builds (LEDGER_IMAGE). Everything else is the file as
-a user runs it, on its own network, its port published. Debian's podman-compose (1.0.3) knows no
-profiles, so the services are named on the command line (leaving out the pgbouncer profile's), and
-it does not wait for `depends_on` conditions: the ledger copes (migrate waits for PostgreSQL; web
-answers /readyz 503 `migrations` until migrate is done).
+a user runs it, on its own network, its port published, with the README's command (`up -d`, no
+service named): Debian's podman-compose (1.0.3) knows no profiles, so the file has none (PgBouncer
+is compose.pgbouncer.yaml's) and nothing it starts needs an image from a registry. It does not wait
+for `depends_on` conditions: the ledger copes (migrate waits for PostgreSQL; web answers /readyz
+503 `migrations` until migrate is done).
 """
 
 import base64
@@ -74,9 +75,11 @@ def composed(podman: Podman, image: str, port: int) -> Iterator[tuple[str, dict[
             timeout=600,
         )
 
-    up = compose("up", "-d", *SERVICES)
+    up = compose("up", "-d")  # as the README writes it
     try:
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        # and nothing but the ledger's services: no PgBouncer pulled from a registry
+        assert "pgbouncer" not in up.stdout + up.stderr, up.stdout[-3000:] + up.stderr[-3000:]
         yield project, env
     finally:
         for service in SERVICES:
