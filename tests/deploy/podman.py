@@ -16,6 +16,7 @@ Where this machine cannot run them, the tests skip, saying why; with TEST_DEPLOY
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -127,7 +128,8 @@ def podman_session() -> Iterator[Podman]:
         conf_dir = Path(folder)
         (conf_dir / "containers.conf").write_text(CONTAINERS_CONF)
         podman = Podman(conf_dir)
-        base_ensure(podman)
+        with builds_one_at_a_time():
+            base_ensure(podman)
         tried = podman("run", "--rm", "--network", "host", BASE_IMAGE, "true", check=False)
         if tried.returncode != 0:
             cannot_run(f"podman cannot run a container here: {tried.stderr.strip()[-500:]}")
@@ -164,11 +166,26 @@ def base_ensure(podman: Podman) -> None:
         podman.timings["base image (mmdebstrap + import)"] = time.monotonic() - started
 
 
+@contextmanager
+def builds_one_at_a_time() -> Iterator[None]:
+    """One base or image build at a time on this machine: the suite's pytest processes share
+    podman's storage, so the second waits and then finds the base made and the layers cached,
+    instead of making both twice at once (and replacing the tag under the other's feet)."""
+    lock = Path(tempfile.gettempdir()) / "intentledger-tests-podman-build.lock"
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def image_build(podman: Podman, tag: str = IMAGE) -> None:
     """`podman build` of the repository's Containerfile on the local base; the layers of the
     previous build (and the pip cache mount) are reused."""
     started = time.monotonic()
-    podman.build(tag, "--build-arg", f"BASE={BASE_IMAGE}", "--file", "Containerfile", ".")
+    with builds_one_at_a_time():
+        podman.build(tag, "--build-arg", f"BASE={BASE_IMAGE}", "--file", "Containerfile", ".")
     podman.timings["image build"] = time.monotonic() - started
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.deploy.podman import BASE_IMAGE, Podman, cannot_run
+from tests.deploy.podman import BASE_IMAGE, Podman, builds_one_at_a_time, cannot_run
 from tests.processes import ROOT, STARTUP_TIMEOUT, free_port
 
 pytestmark = pytest.mark.slow
@@ -40,14 +40,15 @@ SERVICES = ("postgres", "redis", "migrate", "web", "worker", "beat")
 def standins_build(podman: Podman) -> None:
     images = ROOT / "tests" / "deploy" / "images"
     for tag, file in ((POSTGRES_STANDIN, "postgres"), (REDIS_STANDIN, "redis")):
-        podman.build(
-            tag,
-            "--build-arg",
-            f"BASE={BASE_IMAGE}",
-            "--file",
-            str(images / f"{file}.Containerfile"),
-            str(images),
-        )
+        with builds_one_at_a_time():
+            podman.build(
+                tag,
+                "--build-arg",
+                f"BASE={BASE_IMAGE}",
+                "--file",
+                str(images / f"{file}.Containerfile"),
+                str(images),
+            )
 
 
 @contextmanager
