@@ -88,6 +88,7 @@ def composed(podman: Podman, image: str, port: int) -> Iterator[tuple[str, dict[
             if name:
                 logs = podman("logs", name, check=False)
                 path = ROOT / ".pytest_cache" / f"{name}.log"
+                path.parent.mkdir(parents=True, exist_ok=True)  # a clean clone has none yet
                 path.write_text(logs.stdout + logs.stderr)
         compose("down", "-v", "-t", "2")
         podman("network", "rm", "--force", f"{project}_default", check=False)
@@ -178,3 +179,7 @@ def test_compose_up_gives_a_ledger_whose_worker_completes_a_run(
         assert holders.startswith("celery:"), holders
         assert psql(podman, project, "SELECT count(*) FROM tools_outboundemail") == "1"
         assert psql(podman, project, "SELECT name FROM runs_workertoken") == "workers"
+        # and the file gives every setting a person would meet missing (config.deployment)
+        for service in ("web", "worker", "beat"):
+            logs = podman("logs", container_of(podman, project, service), check=False)
+            assert "is not set:" not in logs.stdout + logs.stderr, (service, logs.stderr[-2000:])
