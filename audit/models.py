@@ -306,14 +306,11 @@ class IncidentRun(models.Model):
     """A run an incident names. `run_id` is not a foreign key: the incident outlives a run
     purged after it closed, as evidence of what it named."""
 
-    incident = models.ForeignKey(Incident, on_delete=models.PROTECT, related_name="runs")
+    # run_id first: a run's incidents are found by the key, and the key carries the run id as
+    # every run-scoped table's does (tests/runs/test_run_scoped_keys.py)
+    pk = models.CompositePrimaryKey("run_id", "incident")
     run_id = models.UUIDField()
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["incident", "run_id"], name="incident_run_once")
-        ]
-        indexes = [models.Index(fields=["run_id"], name="incident_run_idx")]
+    incident = models.ForeignKey(Incident, on_delete=models.PROTECT, related_name="runs")
 
     def __str__(self) -> str:
         return f"{self.run_id} in incident {self.incident_id}"

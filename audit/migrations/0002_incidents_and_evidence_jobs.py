@@ -60,18 +60,6 @@ class Migration(migrations.Migration):
                 "ordering": ["-opened_at", "-id"],
             },
         ),
-        migrations.CreateModel(
-            name="IncidentRun",
-            fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("run_id", models.UUIDField()),
-            ],
-        ),
         migrations.RemoveConstraint(
             model_name="exportjob",
             name="export_format_valid",
@@ -186,23 +174,29 @@ class Migration(migrations.Migration):
                 name="incident_only_closed_has_close_time",
             ),
         ),
-        migrations.AddField(
-            model_name="incidentrun",
-            name="incident",
-            field=models.ForeignKey(
-                on_delete=django.db.models.deletion.PROTECT,
-                related_name="runs",
-                to="audit.incident",
-            ),
-        ),
-        migrations.AddIndex(
-            model_name="incidentrun",
-            index=models.Index(fields=["run_id"], name="incident_run_idx"),
-        ),
-        migrations.AddConstraint(
-            model_name="incidentrun",
-            constraint=models.UniqueConstraint(
-                fields=("incident", "run_id"), name="incident_run_once"
-            ),
+        migrations.CreateModel(
+            name="IncidentRun",
+            fields=[
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "run_id",
+                        "incident",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("run_id", models.UUIDField()),
+                (
+                    "incident",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="runs",
+                        to="audit.incident",
+                    ),
+                ),
+            ],
         ),
     ]
