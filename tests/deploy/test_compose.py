@@ -83,15 +83,17 @@ def composed(podman: Podman, image: str, port: int) -> Iterator[tuple[str, dict[
         assert "pgbouncer" not in up.stdout + up.stderr, up.stdout[-3000:] + up.stderr[-3000:]
         yield project, env
     finally:
-        for service in SERVICES:
-            name = container_of(podman, project, service)
-            if name:
-                logs = podman("logs", name, check=False)
-                path = ROOT / ".pytest_cache" / f"{name}.log"
-                path.parent.mkdir(parents=True, exist_ok=True)  # a clean clone has none yet
-                path.write_text(logs.stdout + logs.stderr)
-        compose("down", "-v", "-t", "2")
-        podman("network", "rm", "--force", f"{project}_default", check=False)
+        try:
+            for service in SERVICES:
+                name = container_of(podman, project, service)
+                if name:
+                    logs = podman("logs", name, check=False)
+                    path = ROOT / ".pytest_cache" / f"{name}.log"
+                    path.parent.mkdir(parents=True, exist_ok=True)  # a clean clone has none yet
+                    path.write_text(logs.stdout + logs.stderr)
+        finally:  # taken down even when keeping its logs failed (it once left six containers)
+            compose("down", "-v", "-t", "2")
+            podman("network", "rm", "--force", f"{project}_default", check=False)
 
 
 def container_of(podman: Podman, project: str, service: str) -> str:
