@@ -92,6 +92,7 @@ INSTALLED_APPS = [
     "sso",  # sign-in through the company's identity provider (OpenID Connect), the people page
     "demo",  # scripts/demo's management commands (demo_seed, demo_story); no models
     "traces",  # the journal as OpenTelemetry traces (docs/traces.md)
+    "config.apps.DeploymentConfig",  # settings a deployment left out, named at start (no models)
 ]
 
 MIDDLEWARE = [
@@ -211,6 +212,8 @@ if env_bool("SECURE_PROXY_SSL_HEADER", False):  # behind a proxy that sets X-For
 CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
 ]
+# a refused form says what to set (plain HTTP with secure cookies, an unknown origin)
+CSRF_FAILURE_VIEW = "config.csrf.csrf_failure"
 # Content-Security-Policy (Django's built-in middleware): scripts only from our own origin or
 # with the per-request nonce, never inline; inline style *attributes* (budget bar widths) allowed.
 SECURE_CSP = {
@@ -410,6 +413,8 @@ LEDGER_KEY_STATE_LOOKUP = os.environ.get(
 )
 INTENTLEDGER_URL = os.environ.get("INTENTLEDGER_URL", "http://127.0.0.1:8000")
 INTENTLEDGER_TOKEN = os.environ.get("INTENTLEDGER_TOKEN", "")
+# where people reach the dashboard: the links in escalation mails and webhooks
+LEDGER_DASHBOARD_URL = os.environ.get("LEDGER_DASHBOARD_URL", "") or INTENTLEDGER_URL
 # How the Celery-run agents journal, as the worker INTENTLEDGER_TOKEN names: `inprocess` through
 # this process's database connection (runs.inprocess: no HTTP hop, no dependency on the web
 # tier), or `http` to INTENTLEDGER_URL like any other worker.

@@ -12,3 +12,7 @@ from runs.hotpath import HotPathWSGI  # noqa: E402
 # (runs/hotpath.py)
 application = HotPathWSGI(django_application)
 warm_up()  # before the first request, not in it (under gunicorn --preload: once, before forking)
+
+from config.deployment import settings_missing_log  # noqa: E402
+
+settings_missing_log("web")

@@ -1,11 +1,13 @@
 """Worker token services: create (the raw token is returned once), register one chosen beforehand,
 revoke."""
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from runs.api_errors import invalid
-from runs.authentication import forget_principal, generate_token, hash_token
+from runs.authentication import TOKEN_PREFIX, forget_principal, generate_token, hash_token
 from runs.constants import AGENT_NAME_RULE, agent_name_valid
 from runs.models import TokenScope, WorkerToken
 
@@ -74,3 +76,34 @@ def worker_token_revoke(*, token_id: int) -> WorkerToken:
         token.save(update_fields=["revoked_at"])
     forget_principal(token.token_hash)  # every node's next call finds it revoked anyway
     return token
+
+
+# The Celery-run agents' own token (support_agent.tasks): a worker beside the database journals
+# in-process and needs no token copied by hand. Every process holding this ledger's SECRET_KEY
+# derives the same one; the first to need it registers it (named after its prefix, so a rotated
+# SECRET_KEY registers a second one rather than clashing with the first).
+CELERY_AGENTS_TOKEN_SALT = "runs.tokens.celery_agents"  # noqa: S105 (a salt, not a secret)
+
+
+def celery_agents_token_raw() -> str:
+    """This ledger's agents' token: an HMAC of SECRET_KEY, never stored (only its hash is)."""
+    return (
+        TOKEN_PREFIX + salted_hmac(CELERY_AGENTS_TOKEN_SALT, "v1", algorithm="sha256").hexdigest()
+    )
+
+
+def celery_agents_token_ensure() -> str:
+    """The agents' own token, registered unless it is; the raw token. Revoked by an admin, it
+    stays revoked: the agents then need INTENTLEDGER_TOKEN, and this says so."""
+    raw = celery_agents_token_raw()
+    token, _ = worker_token_register(
+        name=f"celery-agents-{raw[len(TOKEN_PREFIX) : len(TOKEN_PREFIX) + 6]}",
+        raw=raw,
+        created_by="celery worker",
+    )
+    if not token.is_active:
+        raise ImproperlyConfigured(
+            f"The Celery agents' own worker token {token.name!r} was revoked: set "
+            "INTENTLEDGER_TOKEN to a live worker token (manage.py create_worker_token NAME)."
+        )
+    return raw

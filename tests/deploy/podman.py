@@ -9,10 +9,14 @@ What this machine needs, and a test says so rather than hides it (issue 35's fac
 - containers run with `--runtime runc` (crun refuses this host's hybrid cgroups) and a
   containers.conf with `default_ulimits = []` (CONTAINERS_CONF, a file in a temp folder);
   containers of the image tests share the host's network (`--network host`).
+
+Where this machine cannot run them, the tests skip, saying why; with TEST_DEPLOY_REQUIRED=1 (what
+.ci/run sets: CI must prove the image, and scripts/test installs what they need) that is a failure.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -22,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -98,6 +103,13 @@ class Podman:
             self.remove_containers(name)
 
 
+def cannot_run(reason: str) -> NoReturn:
+    """Skip with `reason`, or fail with it where the deployment tests must run (CI)."""
+    if os.environ.get("TEST_DEPLOY_REQUIRED", "") == "1":
+        pytest.fail(f"TEST_DEPLOY_REQUIRED=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 def skip_reason() -> str | None:
     """Why this machine cannot run the container tests, or None when it can."""
     if shutil.which("podman") is None:
@@ -111,15 +123,16 @@ def skip_reason() -> str | None:
 def podman_session() -> Iterator[Podman]:
     reason = skip_reason()
     if reason:
-        pytest.skip(reason)
+        cannot_run(reason)
     with tempfile.TemporaryDirectory(prefix="ledger-podman-") as folder:
         conf_dir = Path(folder)
         (conf_dir / "containers.conf").write_text(CONTAINERS_CONF)
         podman = Podman(conf_dir)
-        base_ensure(podman)
+        with builds_one_at_a_time():
+            base_ensure(podman)
         tried = podman("run", "--rm", "--network", "host", BASE_IMAGE, "true", check=False)
         if tried.returncode != 0:
-            pytest.skip(f"podman cannot run a container here: {tried.stderr.strip()[-500:]}")
+            cannot_run(f"podman cannot run a container here: {tried.stderr.strip()[-500:]}")
         yield podman
 
 
@@ -128,7 +141,7 @@ def base_ensure(podman: Podman) -> None:
     if podman.image_exists(BASE_IMAGE):
         return
     if shutil.which("mmdebstrap") is None:
-        pytest.skip(f"no {BASE_IMAGE} and no mmdebstrap to make it (apt-get install mmdebstrap)")
+        cannot_run(f"no {BASE_IMAGE} and no mmdebstrap to make it (apt-get install mmdebstrap)")
     hooks: list[str] = []
     if any(HOST_CA_FOLDER.glob("*.crt")):
         hooks = [
@@ -147,17 +160,32 @@ def base_ensure(podman: Podman) -> None:
             timeout=1200,
         )
         if made.returncode != 0 and os.geteuid() != 0:
-            pytest.skip(f"mmdebstrap cannot make the base as this user: {made.stderr[-500:]}")
+            cannot_run(f"mmdebstrap cannot make the base as this user: {made.stderr[-500:]}")
         assert made.returncode == 0, f"mmdebstrap failed:\n{made.stderr[-3000:]}"
         podman("import", str(tar), BASE_IMAGE, timeout=600)
         podman.timings["base image (mmdebstrap + import)"] = time.monotonic() - started
+
+
+@contextmanager
+def builds_one_at_a_time() -> Iterator[None]:
+    """One base or image build at a time on this machine: the suite's pytest processes share
+    podman's storage, so the second waits and then finds the base made and the layers cached,
+    instead of making both twice at once (and replacing the tag under the other's feet)."""
+    lock = Path(tempfile.gettempdir()) / "intentledger-tests-podman-build.lock"
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def image_build(podman: Podman, tag: str = IMAGE) -> None:
     """`podman build` of the repository's Containerfile on the local base; the layers of the
     previous build (and the pip cache mount) are reused."""
     started = time.monotonic()
-    podman.build(tag, "--build-arg", f"BASE={BASE_IMAGE}", "--file", "Containerfile", ".")
+    with builds_one_at_a_time():
+        podman.build(tag, "--build-arg", f"BASE={BASE_IMAGE}", "--file", "Containerfile", ".")
     podman.timings["image build"] = time.monotonic() - started
 
 

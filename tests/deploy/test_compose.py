@@ -7,10 +7,11 @@ What the test substitutes, and why: no image registry answers on the test machin
 (tests/deploy/images: Debian's PostgreSQL 17 and Redis, with the official images' variables,
 data folders and health commands), named through compose.yaml's POSTGRES_IMAGE and REDIS_IMAGE;
 the ledger's image is the one test_image.py builds (LEDGER_IMAGE). Everything else is the file as
-a user runs it, on its own network, its port published. Debian's podman-compose (1.0.3) knows no
-profiles, so the services are named on the command line (leaving out the pgbouncer profile's), and
-it does not wait for `depends_on` conditions: the ledger copes (migrate waits for PostgreSQL; web
-answers /readyz 503 `migrations` until migrate is done).
+a user runs it, on its own network, its port published, with the README's command (`up -d`, no
+service named): Debian's podman-compose (1.0.3) knows no profiles, so the file has none (PgBouncer
+is compose.pgbouncer.yaml's) and nothing it starts needs an image from a registry. It does not wait
+for `depends_on` conditions: the ledger copes (migrate waits for PostgreSQL; web answers /readyz
+503 `migrations` until migrate is done).
 """
 
 import base64
@@ -26,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.deploy.podman import BASE_IMAGE, Podman
+from tests.deploy.podman import BASE_IMAGE, Podman, builds_one_at_a_time, cannot_run
 from tests.processes import ROOT, STARTUP_TIMEOUT, free_port
 
 pytestmark = pytest.mark.slow
@@ -39,14 +40,15 @@ SERVICES = ("postgres", "redis", "migrate", "web", "worker", "beat")
 def standins_build(podman: Podman) -> None:
     images = ROOT / "tests" / "deploy" / "images"
     for tag, file in ((POSTGRES_STANDIN, "postgres"), (REDIS_STANDIN, "redis")):
-        podman.build(
-            tag,
-            "--build-arg",
-            f"BASE={BASE_IMAGE}",
-            "--file",
-            str(images / f"{file}.Containerfile"),
-            str(images),
-        )
+        with builds_one_at_a_time():
+            podman.build(
+                tag,
+                "--build-arg",
+                f"BASE={BASE_IMAGE}",
+                "--file",
+                str(images / f"{file}.Containerfile"),
+                str(images),
+            )
 
 
 @contextmanager
@@ -74,19 +76,24 @@ def composed(podman: Podman, image: str, port: int) -> Iterator[tuple[str, dict[
             timeout=600,
         )
 
-    up = compose("up", "-d", *SERVICES)
+    up = compose("up", "-d")  # as the README writes it
     try:
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        # and nothing but the ledger's services: no PgBouncer pulled from a registry
+        assert "pgbouncer" not in up.stdout + up.stderr, up.stdout[-3000:] + up.stderr[-3000:]
         yield project, env
     finally:
-        for service in SERVICES:
-            name = container_of(podman, project, service)
-            if name:
-                logs = podman("logs", name, check=False)
-                path = ROOT / ".pytest_cache" / f"{name}.log"
-                path.write_text(logs.stdout + logs.stderr)
-        compose("down", "-v", "-t", "2")
-        podman("network", "rm", "--force", f"{project}_default", check=False)
+        try:
+            for service in SERVICES:
+                name = container_of(podman, project, service)
+                if name:
+                    logs = podman("logs", name, check=False)
+                    path = ROOT / ".pytest_cache" / f"{name}.log"
+                    path.parent.mkdir(parents=True, exist_ok=True)  # a clean clone has none yet
+                    path.write_text(logs.stdout + logs.stderr)
+        finally:  # taken down even when keeping its logs failed (it once left six containers)
+            compose("down", "-v", "-t", "2")
+            podman("network", "rm", "--force", f"{project}_default", check=False)
 
 
 def container_of(podman: Podman, project: str, service: str) -> str:
@@ -128,7 +135,7 @@ def test_compose_up_gives_a_ledger_whose_worker_completes_a_run(
     podman: Podman, ledger_image: str, django_db_setup: Any
 ) -> None:
     if shutil.which("podman-compose") is None:
-        pytest.skip("podman-compose is not installed (apt-get install podman-compose)")
+        cannot_run("podman-compose is not installed (apt-get install podman-compose)")
     standins_build(podman)
     port = free_port()
     started = time.monotonic()
@@ -174,3 +181,7 @@ def test_compose_up_gives_a_ledger_whose_worker_completes_a_run(
         assert holders.startswith("celery:"), holders
         assert psql(podman, project, "SELECT count(*) FROM tools_outboundemail") == "1"
         assert psql(podman, project, "SELECT name FROM runs_workertoken") == "workers"
+        # and the file gives every setting a person would meet missing (config.deployment)
+        for service in ("web", "worker", "beat"):
+            logs = podman("logs", container_of(podman, project, service), check=False)
+            assert "is not set:" not in logs.stdout + logs.stderr, (service, logs.stderr[-2000:])

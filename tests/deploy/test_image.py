@@ -94,6 +94,10 @@ def test_the_image_serves_a_ledger_the_readme_example_survives_a_kill_against(
             EMAIL_PORT=str(mail.port),
         )
         run_once = ["run", "--rm", "--network", "host", *settings, ledger_image]
+        # what the image says it runs: the entrypoint's own words, nothing of its code
+        told = podman("run", "--rm", ledger_image, "--help").stdout
+        assert told.splitlines()[0].startswith("The image's entrypoint"), told
+        assert "set -eu" not in told and "anything else is run as given" in told
         migrated = podman(*run_once, "migrate")
         assert "Applying runs.0001" in migrated.stdout, migrated.stdout
 
