@@ -262,6 +262,12 @@ def refusal(code: str, details: dict[str, Any] | None, *, run_id: UUID | str) ->
         return ApplicationError(
             "budget_exceeded", f"The run's {details['limit']} budget is spent.", details=details
         )
+    if code == "needs_review" and details.get("limit") == "recoveries":
+        return ApplicationError(
+            "needs_review",
+            "The run's recovery budget is spent; it waits for a supervisor.",
+            details=details,
+        )
     if code == "needs_review" and "index" in details:
         return ApplicationError(
             "needs_review",
@@ -606,36 +612,119 @@ def heartbeat(*, run_id: UUID | str, epoch: int) -> HeartbeatAnswer:
     return HeartbeatAnswer(status=status, epoch=current, expires_at=expires_at)
 
 
-class RecoveryNeeded(Exception):
-    """The lease needs the recovery rules (an expired or interrupted holder): runs.services."""
+class AskToolSide(Exception):
+    """The statement needs the tool side's answers about these steps first (its recovery rules
+    do): nothing was changed. `steps`: [{index, name, idempotency_key, enforced_by}]."""
+
+    def __init__(self, steps: list[dict[str, Any]]) -> None:
+        super().__init__(f"ask the tool side about steps {[s['index'] for s in steps]}")
+        self.steps = steps
 
 
-def lease(*, run_id: UUID | str, worker: str, ttl_seconds: int, actor: str) -> Run:
-    """Grant a lease that needs no recovery, in one statement; the run as it is now."""
-    now = clock.now()
-    runs = list(
-        Run.objects.raw(
-            "SELECT l.code AS kernel_code, l.details AS kernel_details, (l.run).* "
-            "FROM ledger_lease(%s, %s, %s, %s, %s, %s, %s) l",
-            [str(run_id), worker, _text(worker), ttl_seconds, now, actor, event_prefix(actor, now)],
-        )
+@dataclass(frozen=True)
+class RunAnswer:
+    """A run-level call's answer: the run as the statement left it (a refusal that changed
+    state included) and the code and details of a refusal, or of the success."""
+
+    run: Run
+    code: str | None
+    details: dict[str, Any]
+
+
+def _run_call(function: str, params: list[Any]) -> RunAnswer:
+    """One run-level kernel statement (`function` answers code, details and the run row)."""
+    placeholders = ", ".join(["%s"] * len(params))
+    (run,) = Run.objects.raw(
+        "SELECT k.code AS kernel_code, k.details AS kernel_details, (k.run).* "  # noqa: S608
+        f"FROM {function}({placeholders}) k",
+        params,
     )
-    run = runs[0]
     code = run.kernel_code  # type: ignore[attr-defined]
-    if code == "recover":
-        raise RecoveryNeeded
-    if code is not None:
-        raise refusal(code, _json(run.kernel_details), run_id=run_id)  # type: ignore[attr-defined]
-    return run
+    details = _json(run.kernel_details)  # type: ignore[attr-defined]
+    if code == "ask":
+        raise AskToolSide(list(details))
+    return RunAnswer(run=run, code=code, details=dict(details or {}))
+
+
+def lease(
+    *,
+    run_id: UUID | str,
+    worker: str,
+    ttl_seconds: int,
+    actor: str,
+    answers: dict[str, Any],
+    lookup_tools: list[str],
+) -> tuple[Run, bool]:
+    """`ledger_lease`: the grant, after the recovery rules when the holder was lost; the run as
+    it is now and whether it was a recovery. `answers`: what the tool side said about the
+    steps a previous call asked about (AskToolSide)."""
+    now = clock.now()
+    answer = _run_call(
+        "ledger_lease",
+        [
+            str(run_id),
+            worker,
+            _text(worker),
+            ttl_seconds,
+            now,
+            actor,
+            event_prefix(actor, now),
+            json.dumps(answers),
+            lookup_tools,
+        ],
+    )
+    if answer.code is not None:
+        raise refusal(answer.code, answer.details, run_id=run_id)
+    return answer.run, bool(answer.details["recovered"])
+
+
+def lease_expire(
+    *, run_id: UUID | str, actor: str, answers: dict[str, Any], lookup_tools: list[str]
+) -> Run | None:
+    """`ledger_lease_expire`, the reaper's: the run interrupted (or sent to review) after its
+    lease expired, or None when it had not (or another transaction holds it)."""
+    now = clock.now()
+    answer = _run_call(
+        "ledger_lease_expire",
+        [str(run_id), now, actor, event_prefix(actor, now), json.dumps(answers), lookup_tools],
+    )
+    return None if answer.code == "not_expired" else answer.run
+
+
+def run_finish(*, run_id: UUID | str, epoch: int, to: str, value: Any, actor: str) -> Run:
+    """`ledger_run_finish`: complete (`to` completed, `value` the output) or fail (failed, the
+    error) a running run; a write still open sends it to review instead (409 needs_review,
+    kept)."""
+    now = clock.now()
+    answer = _run_call(
+        "ledger_run_finish",
+        [str(run_id), epoch, to, _text(value), now, actor, event_prefix(actor, now)],
+    )
+    if answer.code == "needs_review":
+        steps = answer.details["steps"]
+        raise ApplicationError(
+            "needs_review",
+            f"The run was not {to}: its write step(s) {steps} are still open and may "
+            "have happened; a supervisor reviews them.",
+            details=answer.details,
+        )
+    if answer.code == "not_running":
+        raise ApplicationError(
+            "stale_epoch", "The run is not running under this lease.", details=answer.details
+        )
+    if answer.code is not None:
+        raise refusal(answer.code, answer.details, run_id=run_id)
+    return answer.run
 
 
 __all__ = [
+    "AskToolSide",
     "BudgetStopped",
     "EventType",
     "ExceededLimit",
     "HeartbeatAnswer",
     "InvalidTransition",
-    "RecoveryNeeded",
+    "RunAnswer",
     "StepAnswer",
     "Transition",
     "event_append",
@@ -643,8 +732,10 @@ __all__ = [
     "exceeded_limit",
     "heartbeat",
     "lease",
+    "lease_expire",
     "refusal",
     "run_budget_stop",
+    "run_finish",
     "run_move",
     "status_refusal",
     "step_intent",
