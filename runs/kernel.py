@@ -291,13 +291,6 @@ def refusal(code: str, details: dict[str, Any] | None, *, run_id: UUID | str) ->
 
 # --- answers --------------------------------------------------------------------------------
 
-_ANSWER_COLUMNS = (
-    "code, details, created, step_id, state, arguments, result, usage_input_tokens, usage_output_tokens, "
-    "usage_cost_usd, epoch, intent_at, outcome_at, kind, name, effect, enforced_by, "
-    "arguments_hash, idempotency_key, resolution_action, resolution_by, resolution_note, "
-    "resolution_at, limit_steps, limit_tokens, limit_cost_usd, limit_wall_seconds, "
-    "limit_recoveries, used_steps, used_tokens, used_cost_usd, used_recoveries, deadline"
-)
 _RUN_BUDGET_FIELDS = (
     "limit_steps",
     "limit_tokens",
@@ -343,9 +336,51 @@ class BudgetStopped(ApplicationError):
         )
 
 
+class _Rows[M: models.Model]:
+    """How one model's columns in a statement's answer become instances: `model.from_db` with
+    the values its fields' database converters give (what a queryset does for its rows), the
+    plan read once per statement from the cursor's column names. The columns are the model's
+    own (`(a.step).*`), so a column added to the table is read with no word here."""
+
+    def __init__(self, model: type[M], prefix: str = "") -> None:
+        self.model = model
+        self.prefix = prefix
+        self.fields = {f"{prefix}{field.column}": field for field in model._meta.concrete_fields}
+
+    def plan(self, names: list[str]) -> list[tuple[int, str, list[Any]]]:
+        """(position in the row, attname, converters) for each of the model's columns present,
+        in the model's field order (the order `from_db` takes values in)."""
+        order = {field.attname: n for n, field in enumerate(self.model._meta.concrete_fields)}
+        found = [
+            (position, field.attname, field.get_db_converters(connection))
+            for position, name in enumerate(names)
+            if (field := self.fields.get(name)) is not None
+        ]
+        return sorted(found, key=lambda item: order[item[1]])
+
+    def instance(self, row: tuple[Any, ...], plan: list[tuple[int, str, list[Any]]]) -> M:
+        attnames, values = [], []
+        for position, attname, converters in plan:
+            value = row[position]
+            for convert in converters:
+                value = convert(value, None, connection)
+            attnames.append(attname)
+            values.append(value)
+        return self.model.from_db(connection.alias, attnames, values)
+
+
+_STEP_ROWS = _Rows(Step)
+_RUN_ROWS = _Rows(Run, prefix="run__")
+# the run's columns an answer carries: its budget (runs.representations.budget_of) and its id
+_RUN_COLUMNS = ", ".join(f"(a.run).{name} AS run__{name}" for name in ("id", *_RUN_BUDGET_FIELDS))
+
+
 def _statement(function: str, arity: int) -> str:
     placeholders = ", ".join(["%s"] * arity)
-    return f"SELECT {_ANSWER_COLUMNS} FROM {function}({placeholders})"  # noqa: S608 (constants)
+    return (
+        f"SELECT a.code, a.details, a.created, (a.step).*, {_RUN_COLUMNS} "  # noqa: S608
+        f"FROM {function}({placeholders}) a"
+    )
 
 
 _INTENT_SQL = _statement("ledger_step_intent", 22)
@@ -353,81 +388,57 @@ _OUTCOME_SQL = _statement("ledger_step_outcome", 12)
 _OUTCOME_INTENT_SQL = _statement("ledger_step_outcome_intent", 29)
 
 
-def _call(statement: str, params: list[Any]) -> dict[str, Any]:
-    (row,) = _rows(statement, params)[:1]
-    return row
+@dataclass(frozen=True)
+class _Row:
+    """One answer of a step call: its refusal, and the step and run when there are some."""
+
+    code: str | None
+    details: Any
+    created: bool | None
+    step: Step | None
+    run: Run | None
 
 
-# a statement's column names, read once: cursor.description builds a Column per column per call
-_COLUMN_NAMES: dict[str, list[str]] = {}
+# a statement's plans, read once: cursor.description builds a Column per column per call
+_PLANS: dict[str, tuple[list[Any], list[Any]]] = {}
 
 
-def _rows(statement: str, params: list[Any]) -> list[dict[str, Any]]:
+def _rows(statement: str, params: list[Any]) -> list[_Row]:
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         rows = cursor.fetchall()
         assert rows
-        names = _COLUMN_NAMES.get(statement)
-        if names is None:
+        plans = _PLANS.get(statement)
+        if plans is None:
             assert cursor.description is not None
-            names = _COLUMN_NAMES[statement] = [c.name for c in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in rows]
+            names = [c.name for c in cursor.description]
+            plans = _PLANS[statement] = (_STEP_ROWS.plan(names), _RUN_ROWS.plan(names))
+    step_plan, run_plan = plans
+    return [
+        _Row(
+            code=row[0],
+            details=_json(row[1]),
+            created=row[2],
+            step=None if row[2] is None else _STEP_ROWS.instance(row, step_plan),
+            run=None if row[2] is None else _RUN_ROWS.instance(row, run_plan),
+        )
+        for row in rows
+    ]
 
 
-def _instance[M: models.Model](model: type[M], values: dict[str, Any]) -> M:
-    """`model(**values)` (by attname), built by position: Model.__init__'s fast path (the one a
-    queryset's rows take), each field not in `values` at its default as the keyword form gives."""
-    return model(
-        *[
-            values[field.attname] if field.attname in values else field.get_default()
-            for field in model._meta.concrete_fields
-        ]
-    )
-
-
-def _answer(
-    row: dict[str, Any], *, run_id: UUID | str, index: int, known: dict[str, Any]
-) -> StepAnswer:
-    code = row["code"]
-    details = _json(row["details"])
-    if code is not None and row["created"] is None:
-        raise refusal(code, details, run_id=run_id)
-    fresh = bool(row["created"])  # else the step as recorded before this call
-    step = _instance(
-        Step,
-        {
-            "id": row["step_id"],
-            "run_id": run_id,
-            "index": index,
-            "kind": row["kind"],
-            "name": row["name"],
-            "effect": row["effect"],
-            "enforced_by": row["enforced_by"],
-            "arguments": known["arguments"]
-            if row["arguments"] is None
-            else _json(row["arguments"]),
-            "arguments_hash": row["arguments_hash"],
-            "idempotency_key": row["idempotency_key"],
-            "state": row["state"],
-            "result": known["result"] if fresh and "result" in known else _json(row["result"]),
-            "usage_input_tokens": row["usage_input_tokens"],
-            "usage_output_tokens": row["usage_output_tokens"],
-            "usage_cost_usd": row["usage_cost_usd"],
-            "epoch": row["epoch"],
-            "intent_at": row["intent_at"],
-            "outcome_at": row["outcome_at"],
-            "resolution_action": row["resolution_action"],
-            "resolution_by": row["resolution_by"],
-            "resolution_note": row["resolution_note"],
-            "resolution_at": row["resolution_at"],
-        },
-    )
-    step._state.adding = False  # a row that exists: save() updates it
-    step._state.db = "default"
-    run = _instance(Run, {"id": run_id, **{name: row[name] for name in _RUN_BUDGET_FIELDS}})
-    answer = StepAnswer(step=step, run=run, created=fresh)
-    if code == "budget_exceeded":
-        raise BudgetStopped(details, answer)
+def _answer(row: _Row, *, run_id: UUID | str, known: dict[str, Any]) -> StepAnswer:
+    if row.created is None:
+        raise refusal(row.code or "not_found", row.details, run_id=run_id)
+    assert row.step is not None and row.run is not None
+    step = row.step
+    fresh = row.created  # else the step as recorded before this call
+    if step.arguments is None:  # not sent back: what the caller sent
+        step.arguments = known["arguments"]
+    if fresh and "result" in known:
+        step.result = known["result"]
+    answer = StepAnswer(step=step, run=row.run, created=fresh)
+    if row.code == "budget_exceeded":
+        raise BudgetStopped(row.details, answer)
     return answer
 
 
@@ -519,19 +530,20 @@ def step_intent(
         done_payload,
     ]
     if previous_outcome is None:
-        return _answer(_call(_INTENT_SQL, params), run_id=run_id, index=index, known=known)
+        (row,) = _rows(_INTENT_SQL, params)
+        return _answer(row, run_id=run_id, known=known)
     previous = previous_outcome
     carried = [previous["index"], *_outcome_params(previous, index=previous["index"])]
     rows = _rows(_OUTCOME_INTENT_SQL, params + carried)
-    if rows[0]["code"] == "outcome_not_carried":
+    if rows[0].code == "outcome_not_carried":
         raise invalid(
             "previous_outcome",
             f"Step {previous['index']} is not a write enforced by its tool; send its outcome "
             "with its own call.",
             "Only the outcome of a write step enforced_by tool rides on the next call.",
         )
-    _answer(rows[0], run_id=run_id, index=previous["index"], known={"result": previous["result"]})
-    return _answer(rows[1], run_id=run_id, index=index, known=known)
+    _answer(rows[0], run_id=run_id, known={"result": previous["result"]})
+    return _answer(rows[1], run_id=run_id, known=known)
 
 
 def _outcome_params(outcome: dict[str, Any], *, index: int) -> list[Any]:
@@ -571,7 +583,7 @@ def step_outcome(
     ok, result_text, spent_in, spent_out, spent_cost, payload = _outcome_params(
         {"status": status, "result": result, "usage": usage}, index=index
     )
-    row = _call(
+    (row,) = _rows(
         _OUTCOME_SQL,
         [
             str(run_id),
@@ -588,7 +600,7 @@ def step_outcome(
             payload,
         ],
     )
-    return _answer(row, run_id=run_id, index=index, known={"result": result})
+    return _answer(row, run_id=run_id, known={"result": result})
 
 
 @dataclass(frozen=True)
