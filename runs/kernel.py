@@ -712,7 +712,7 @@ def run_finish(*, run_id: UUID | str, epoch: int, to: str, value: Any, actor: st
         "ledger_run_finish",
         [str(run_id), epoch, to, _text(value), now, actor, event_prefix(actor, now)],
     )
-    if answer.code == "needs_review":
+    if answer.code == "needs_review" and "steps" in answer.details:  # this call sent it there
         steps = answer.details["steps"]
         raise ApplicationError(
             "needs_review",
