@@ -184,18 +184,6 @@ def run_budget_stop(run: Run, limit: ExceededLimit, *, actor: str, now: datetime
         run.status, run.status_reason, run.event_seq, run.event_head, _ = _one(cursor)
 
 
-def status_refusal(run_id: UUID | str) -> ApplicationError | None:
-    """The refusal the saved run's status gives a worker's write (`ledger_status_refusal`), or
-    None while the run may be written to."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT f.code, f.details FROM runs_run r, ledger_status_refusal(r) f WHERE r.id = %s",
-            [run_id],
-        )
-        code, details = _one(cursor)
-    return None if code is None else refusal(code, _json(details), run_id=run_id)
-
-
 def _text(value: Any) -> str:
     return canonical_json(value).decode("utf-8")
 
@@ -749,7 +737,6 @@ __all__ = [
     "run_budget_stop",
     "run_finish",
     "run_move",
-    "status_refusal",
     "step_intent",
     "step_move",
     "step_outcome",

@@ -1,6 +1,6 @@
 """Private moves that more than one concern makes: the resume after a review, and
 the offer of a run to the Celery workers once the transaction commits. (The refusal a run's
-status gives a worker is the kernel's: `kernel.status_refusal`.)
+status gives a worker is the kernel's: `ledger_status_refusal`, in its statements.)
 
 Locks: every helper here runs under the run's row lock, which its caller holds (through
 `kernel.transition` or `lock_objects.run_for_update`); none takes a lock itself.
