@@ -52,6 +52,7 @@ class ExportFilters:
     agent: str | None = None
     status: str | None = None
     run_id: UUID | None = None
+    agents: tuple[str, ...] = ()  # any of these agents (the evidence pack's --agent A...)
 
     def queryset(self) -> QuerySet[Run]:
         runs = Run.objects.all()
@@ -68,10 +69,16 @@ class ExportFilters:
             runs = runs.filter(status=self.status)
         if self.run_id:
             runs = runs.filter(pk=self.run_id)
+        if self.agents:
+            runs = runs.filter(agent__in=self.agents)
         return runs
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: (str(v) if v is not None else None) for k, v in asdict(self).items()}
+        values: dict[str, Any] = {
+            k: (str(v) if v is not None else None) for k, v in asdict(self).items()
+        }
+        values["agents"] = list(self.agents) or None
+        return values
 
 
 def export_filters_parse(
@@ -81,6 +88,7 @@ def export_filters_parse(
     agent: str | None = None,
     status: str | None = None,
     run_id: str | None = None,
+    agents: list[str] | tuple[str, ...] = (),
 ) -> ExportFilters:
     """Validate filters typed by a person (form, command line); every problem is reported."""
     errors: dict[str, list[str]] = {}
@@ -102,6 +110,9 @@ def export_filters_parse(
         errors["status"] = [f"One of {', '.join(RunStatus.values)}."]
     if agent is not None and len(agent) > 100:
         errors["agent"] = ["At most 100 characters."]
+    named = tuple(sorted({a.strip() for a in agents if a and a.strip()}))
+    if any(len(a) > 100 for a in named):
+        errors["agents"] = ["At most 100 characters each."]
     parsed_run: UUID | None = None
     if run_id:
         try:
@@ -118,6 +129,7 @@ def export_filters_parse(
         agent=(agent or "").strip() or None,
         status=status or None,
         run_id=parsed_run,
+        agents=named,
     )
 
 
@@ -442,6 +454,8 @@ def export_stream(
 
 
 def export_content_type(format: str) -> str:
+    if format == ExportFormat.EVIDENCE:
+        return "application/zip"
     return "text/csv; charset=utf-8" if format == ExportFormat.CSV else "application/x-ndjson"
 
 
@@ -481,6 +495,7 @@ def _filters_from_job(job: ExportJob) -> ExportFilters:
         agent=f.get("agent"),
         status=f.get("status"),
         run_id=f.get("run_id"),
+        agents=f.get("agents") or (),
     )
 
 
@@ -501,10 +516,20 @@ def export_job_run(*, job_id: UUID | str) -> ExportJob | None:
 
     try:
         with partial.open("wb") as handle, replica_reads():
-            for chunk in export_stream(
-                filters=_filters_from_job(job), format=job.format, progress=progress
-            ):
-                handle.write(chunk)
+            if job.format == ExportFormat.EVIDENCE:
+                from audit.evidence import evidence_pack_write, evidence_scope_of_job
+
+                evidence_pack_write(
+                    scope=evidence_scope_of_job(job.filters),
+                    target=handle,
+                    progress=progress,
+                    generated_by=job.created_by_name,
+                )
+            else:
+                for chunk in export_stream(
+                    filters=_filters_from_job(job), format=job.format, progress=progress
+                ):
+                    handle.write(chunk)
         os.replace(partial, job.path)
     except Exception as exc:
         partial.unlink(missing_ok=True)

@@ -103,6 +103,7 @@ class ChainAlert(models.Model):
 class ExportFormat(models.TextChoices):
     JSONL = "jsonl"
     CSV = "csv"
+    EVIDENCE = "evidence"  # an evidence pack (audit.evidence): a signed ZIP
 
 
 class ExportStatus(models.TextChoices):
@@ -161,6 +162,8 @@ class ExportJob(models.Model):
     @property
     def file_name(self) -> str:
         """The download name: built from the id and format, never from anything a user typed."""
+        if self.format == ExportFormat.EVIDENCE:
+            return f"intentledger-evidence-{self.id}.zip"
         return f"intentledger-export-{self.id}.{self.format}"
 
     @property
@@ -191,3 +194,123 @@ class RetentionPolicy(models.Model):
 
     def __str__(self) -> str:
         return f"keep {self.keep_days} days ({'on' if self.enabled else 'off'})"
+
+
+class IncidentSeverity(models.TextChoices):
+    """The EU AI Act's Article 73 classes of serious incident, each with its reporting time
+    counted from when the organisation became aware (73(2)-(4))."""
+
+    WIDESPREAD = (
+        "widespread",
+        "Widespread infringement or serious disruption of critical infrastructure (2 days)",
+    )
+    DEATH = "death", "Death of a person (10 days)"
+    SERIOUS = "serious", "Any other serious incident (15 days)"
+
+
+# days to report, per severity: written once, read by the service, the constraint and the pages
+INCIDENT_REPORT_DAYS: dict[str, int] = {
+    IncidentSeverity.WIDESPREAD: 2,
+    IncidentSeverity.DEATH: 10,
+    IncidentSeverity.SERIOUS: 15,
+}
+
+
+class IncidentStatus(models.TextChoices):
+    OPEN = "open"
+    REPORTED = "reported"
+    CLOSED = "closed"
+
+
+# what an incident may become; closed is final
+INCIDENT_TRANSITIONS: dict[str, frozenset[str]] = {
+    IncidentStatus.OPEN: frozenset({IncidentStatus.REPORTED, IncidentStatus.CLOSED}),
+    IncidentStatus.REPORTED: frozenset({IncidentStatus.CLOSED}),
+    IncidentStatus.CLOSED: frozenset(),
+}
+# an incident holds its runs (retention never purges them) until it is closed
+INCIDENT_HOLDING_STATUSES = frozenset({IncidentStatus.OPEN, IncidentStatus.REPORTED})
+
+
+def _deadline_matches_severity() -> Q:
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    matches = Q()
+    for severity, days in INCIDENT_REPORT_DAYS.items():
+        matches |= Q(severity=severity, report_due_at=F("aware_at") + timedelta(days=days))
+    return matches
+
+
+class Incident(models.Model):
+    """A serious incident (EU AI Act Art. 73) an admin or auditor opened on one or more runs.
+
+    `report_due_at` is `aware_at` plus the severity's days, held by a constraint so a hand edit
+    cannot move a deadline. While not closed, its runs are never purged (audit.retention).
+    """
+
+    title = models.CharField(max_length=200)
+    severity = models.CharField(max_length=12, choices=IncidentSeverity.choices)
+    aware_at = models.DateTimeField()
+    report_due_at = models.DateTimeField()
+    status = models.CharField(
+        max_length=10, choices=IncidentStatus.choices, default=IncidentStatus.OPEN
+    )
+    notes = models.TextField(blank=True, default="")
+    opened_by = models.CharField(max_length=150)
+    opened_at = models.DateTimeField()
+    reported_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(severity__in=IncidentSeverity.values), name="incident_severity_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=IncidentStatus.values), name="incident_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=_deadline_matches_severity(), name="incident_deadline_of_severity"
+            ),
+            models.CheckConstraint(condition=~Q(title=""), name="incident_title_not_empty"),
+            models.CheckConstraint(
+                condition=~Q(status=IncidentStatus.REPORTED) | Q(reported_at__isnull=False),
+                name="incident_reported_has_time",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=IncidentStatus.CLOSED) | Q(closed_at__isnull=False),
+                name="incident_closed_has_time",
+            ),
+            models.CheckConstraint(
+                condition=Q(status=IncidentStatus.CLOSED) | Q(closed_at__isnull=True),
+                name="incident_only_closed_has_close_time",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["report_due_at"],
+                condition=Q(status=IncidentStatus.OPEN),
+                name="incident_open_due_idx",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"incident {self.pk}: {self.title} ({self.severity}, {self.status})"
+
+
+class IncidentRun(models.Model):
+    """A run an incident names. `run_id` is not a foreign key: the incident outlives a run
+    purged after it closed, as evidence of what it named."""
+
+    # run_id first: a run's incidents are found by the key, and the key carries the run id as
+    # every run-scoped table's does (tests/runs/test_run_scoped_keys.py)
+    pk = models.CompositePrimaryKey("run_id", "incident")
+    run_id = models.UUIDField()
+    incident = models.ForeignKey(Incident, on_delete=models.PROTECT, related_name="runs")
+
+    def __str__(self) -> str:
+        return f"{self.run_id} in incident {self.incident_id}"

@@ -16,6 +16,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
@@ -38,9 +39,27 @@ def retention_policy_get() -> RetentionPolicy:
     return policy
 
 
+def retention_floor_days() -> int:
+    """AUDIT_MIN_RETENTION_DAYS: no run younger than this is purged, whatever the policy says
+    (EU AI Act Art. 19(1) and 26(6): automatically generated logs kept at least six months)."""
+    return int(settings.AUDIT_MIN_RETENTION_DAYS)
+
+
+def retention_cutoff(*, keep_days: int, now: datetime) -> datetime:
+    """Runs finished before this instant may go: the policy's age, never less than the floor
+    (a policy saved under a lower floor, or a row edited by hand, still cannot purge younger)."""
+    return now - timedelta(days=max(keep_days, retention_floor_days()))
+
+
 def retention_policy_update(*, user: Any, enabled: bool, keep_days: int) -> RetentionPolicy:
-    if not isinstance(keep_days, int) or keep_days < 1 or keep_days > 36500:
-        raise invalid("keep_days", "Keep runs between 1 and 36500 days.", "Between 1 and 36500.")
+    floor = retention_floor_days()
+    if not isinstance(keep_days, int) or keep_days < floor or keep_days > 36500:
+        raise invalid(
+            "keep_days",
+            f"Keep runs between {floor} and 36500 days: AUDIT_MIN_RETENTION_DAYS is {floor} "
+            "(the EU AI Act's Articles 19(1) and 26(6) ask for logs kept at least six months).",
+            f"Between {floor} (the retention floor, AUDIT_MIN_RETENTION_DAYS) and 36500.",
+        )
     with transaction.atomic():
         policy, _ = RetentionPolicy.objects.select_for_update().get_or_create(pk=1)
         before = {"enabled": policy.enabled, "keep_days": policy.keep_days}
@@ -73,12 +92,23 @@ def legal_hold_change(*, actor: AbstractBaseUser, run_id: UUID | str, on: bool, 
 
 
 def _purgeable(cutoff: datetime) -> Any:
-    """Final runs finished before `cutoff`, signed by a checkpoint, not on legal hold, no fork."""
+    """Final runs finished before `cutoff` and created and finished before the retention floor,
+    signed by a checkpoint, not on legal hold, not in an open incident, no fork."""
+    from audit.incidents import runs_held_by_open_incidents
+
+    floor = clock.now() - timedelta(days=retention_floor_days())
     signed = CheckpointLeaf.objects.filter(run_id=OuterRef("pk"), event_seq=OuterRef("event_seq"))
     forks = Run.objects.filter(forked_from=OuterRef("pk"))
-    return Run.objects.filter(
-        status__in=list(FINAL_STATUSES), finished_at__lt=cutoff, legal_hold=False
-    ).filter(Exists(signed), ~Exists(forks))
+    return (
+        Run.objects.filter(
+            status__in=list(FINAL_STATUSES),
+            finished_at__lt=min(cutoff, floor),
+            created_at__lt=floor,
+            legal_hold=False,
+        )
+        .filter(Exists(signed), ~Exists(forks))
+        .exclude(pk__in=runs_held_by_open_incidents())
+    )
 
 
 def retention_candidates(*, now: datetime | None = None) -> int:
@@ -87,7 +117,7 @@ def retention_candidates(*, now: datetime | None = None) -> int:
     now = now or clock.now()
     return Run.objects.filter(
         status__in=list(FINAL_STATUSES),
-        finished_at__lt=now - timedelta(days=policy.keep_days),
+        finished_at__lt=retention_cutoff(keep_days=policy.keep_days, now=now),
     ).count()
 
 
@@ -322,7 +352,7 @@ def retention_purge(
     if result.checkpoint is None:
         return PurgeResult(0, None, refused=f"no signed checkpoint: {result.refused}")
     checkpoint = result.checkpoint
-    cutoff = now - timedelta(days=policy.keep_days)
+    cutoff = retention_cutoff(keep_days=policy.keep_days, now=now)
     return retention_months_drop(cutoff=cutoff, checkpoint=checkpoint, policy=policy, actor=actor)
 
 
@@ -335,7 +365,9 @@ def retention_months_drop(
     on_month: Callable[[date, int, int], None] | None = None,
 ) -> PurgeResult:
     """Every month that ended before `cutoff`, dropped (runs that may not go moved aside), then
-    the runs moved aside earlier that may go now. `checkpoint` must already sign the heads."""
+    the runs moved aside earlier that may go now. `checkpoint` must already sign the heads.
+    A cutoff later than the retention floor is moved back to it."""
+    cutoff = min(cutoff, clock.now() - timedelta(days=retention_floor_days()))
     purged = kept = 0
     dropped = []
     for month in journal_months():

@@ -8,6 +8,7 @@ app_name = "audit"
 urlpatterns: list[URLPattern] = [
     path("exports/", views.exports, name="exports"),
     path("exports/<uuid:job_id>/", views.export_job, name="export_job"),
+    path("evidence/", views.evidence_pack, name="evidence_pack"),
     path("exports/<uuid:job_id>/download", views.export_download, name="export_download"),
     path("runs/<uuid:run_id>/export", views.run_export, name="run_export"),
     path("runs/<uuid:run_id>/legal-hold", views.run_legal_hold, name="run_legal_hold"),
@@ -15,4 +16,6 @@ urlpatterns: list[URLPattern] = [
     path("checkpoints/now", views.checkpoint_now, name="checkpoint_now"),
     path("alerts/<int:alert_id>/acknowledge", views.alert_ack, name="alert_ack"),
     path("retention/", views.retention, name="retention"),
+    path("incidents/", views.incidents, name="incidents"),
+    path("incidents/<int:incident_id>/", views.incident, name="incident"),
 ]

@@ -22,6 +22,7 @@ import hashlib
 import json
 import re
 import sys
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ OFFLINE_FILES = (
     "audit/__init__.py",
     "audit/verify.py",
     "audit/merkle.py",
+    "audit/evidence_verify.py",
     "runs/__init__.py",
     "runs/binding.py",
     "runs/canonical.py",
@@ -412,21 +414,24 @@ def render_report(report: Report, *, max_problems: int = 200) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The verifier's arguments, for this script and `manage.py verify_export` alike."""
-    parser.add_argument("file", help="the .jsonl export")
+    parser.add_argument("file", help="the .jsonl export, or an evidence pack (.zip)")
     parser.add_argument(
         "--public-key",
-        required=True,
         action="append",
+        default=[],
         help="the signing public key: base64 (32 raw bytes), PEM, or a file holding either; "
-        "repeat it when the checkpoints span a key rotation",
+        "repeat it when the checkpoints span a key rotation. Required for a JSONL export; for "
+        "an evidence pack the signature must then be this key's (without it, the pack's own "
+        "key is used and its fingerprint printed)",
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m audit.verify",
-        description="Verify an Agent Ledger JSONL export offline (no database). Exit 0 when "
-        "it verifies, 1 when something is broken, 2 when the file or key cannot be read.",
+        description="Verify an Agent Ledger JSONL export or evidence pack offline (no "
+        "database, no settings). Exit 0 when it verifies, 1 when something is broken, 2 when "
+        "the file or key cannot be read.",
     )
     add_arguments(parser)
     args = parser.parse_args(argv)
@@ -438,6 +443,16 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.file)
     if not path.is_file():
         print(f"error: no file {path}", file=sys.stderr)
+        return 2
+    if zipfile.is_zipfile(path):
+        from audit.evidence_verify import render_pack_report, verify_pack
+
+        pack = verify_pack(str(path), public_key or None)
+        for line in render_pack_report(pack):
+            print(line)
+        return 0 if pack.ok else 1
+    if not public_key:
+        print("error: a JSONL export needs --public-key", file=sys.stderr)
         return 2
     report = verify_export_file(path, public_key)
     for line in render_report(report):

@@ -8,6 +8,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.db import transaction
+from django.db.models import Case, When
 from django.http import (
     FileResponse,
     Http404,
@@ -21,6 +22,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from audit.checkpoints import alert_acknowledge, checkpoint_create
+from audit.evidence import evidence_job_create, evidence_scope_parse
+from audit.evidence_verify import key_fingerprint
 from audit.exports import (
     ExportFilters,
     export_content_type,
@@ -28,19 +31,29 @@ from audit.exports import (
     export_job_create,
     export_stream,
 )
-from audit.forms import AcknowledgeForm, ExportForm, LegalHoldForm, RetentionForm
-from audit.models import ChainAlert, Checkpoint, ExportJob, ExportStatus
+from audit.forms import (
+    AcknowledgeForm,
+    EvidencePackForm,
+    ExportForm,
+    IncidentOpenForm,
+    IncidentUpdateForm,
+    LegalHoldForm,
+    RetentionForm,
+)
+from audit.incidents import can_manage_incidents, incident_open, incident_update
+from audit.models import ChainAlert, Checkpoint, ExportJob, ExportStatus, Incident, IncidentStatus
 from audit.permissions import can_export, is_admin
 from audit.retention import (
     legal_hold_change,
     retention_candidates,
+    retention_floor_days,
     retention_policy_get,
     retention_policy_update,
     retention_purge,
 )
 from audit.signing import public_key_text, signing_key_id, signing_public_key
 from audit.verify import OFFLINE_FILES
-from review.audit import audit_record
+from review.audit import AuditEntry, audit_record
 from review.views.common import person
 from review.views.runs import run_page_action
 from runs import clock
@@ -104,6 +117,7 @@ def exports(request: HttpRequest) -> HttpResponseBase:
         "audit/exports.html",
         {
             "form": form,
+            "evidence_form": EvidencePackForm(),
             "jobs": jobs,
             "alerts": _open_alerts(),
             "sync_max": settings.AUDIT_EXPORT_SYNC_MAX_RUNS,
@@ -122,6 +136,46 @@ def _own_job(request: HttpRequest, job_id: UUID) -> ExportJob:
     if job.created_by_id != request.user.pk and not is_admin(request.user):
         raise Http404("No such export.")
     return job
+
+
+@login_required
+@require_POST
+def evidence_pack(request: HttpRequest) -> HttpResponseBase:
+    """Queue an evidence pack for a period: always a background job, like a big export."""
+    _require(request, can_export(request.user))
+    form = EvidencePackForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            scope = evidence_scope_parse(
+                period_from=data["period_from"],
+                period_to=data["period_to"],
+                agents=(data["agents"] or "").split(","),
+            )
+            job = evidence_job_create(user=request.user, scope=scope)
+        except ImproperlyConfigured as exc:
+            return HttpResponse(str(exc), status=503, content_type="text/plain")
+        except ApplicationError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.info(request, f"Evidence pack of {job.total_runs} runs: building it now.")
+            return redirect("audit:export_job", job_id=job.pk)
+    return render(
+        request,
+        "audit/exports.html",
+        {
+            "form": ExportForm(),
+            "evidence_form": form,
+            "jobs": ExportJob.objects.filter(created_by_id=request.user.pk)[:20],
+            "alerts": _open_alerts(),
+            "sync_max": settings.AUDIT_EXPORT_SYNC_MAX_RUNS,
+            "ttl_hours": settings.AUDIT_EXPORT_TTL_HOURS,
+            "offline_files": OFFLINE_FILES,
+            "nav": "exports",
+            "is_admin": is_admin(request.user),
+        },
+        status=400,
+    )
 
 
 @login_required
@@ -173,9 +227,10 @@ def checkpoints(request: HttpRequest) -> HttpResponse:
     try:
         public_key = public_key_text(signing_public_key())
         key_id = signing_key_id()
+        fingerprint = key_fingerprint(signing_public_key())
         key_error = ""
     except Exception as exc:  # an unset key is shown, not a 500
-        public_key, key_id, key_error = "", "", str(exc)
+        public_key, key_id, fingerprint, key_error = "", "", "", str(exc)
     return render(
         request,
         "audit/checkpoints.html",
@@ -184,6 +239,7 @@ def checkpoints(request: HttpRequest) -> HttpResponse:
             "alerts": ChainAlert.objects.all()[:30],
             "public_key": public_key,
             "key_id": key_id,
+            "fingerprint": fingerprint,
             "key_error": key_error,
             "is_admin": is_admin(request.user),
             "ack_form": AcknowledgeForm(),
@@ -247,14 +303,18 @@ def retention(request: HttpRequest) -> HttpResponse:
             )
         return redirect("audit:retention")
     if request.method == "POST" and form.is_valid():
-        with transaction.atomic():
-            retention_policy_update(
-                user=request.user,
-                enabled=form.cleaned_data["enabled"],
-                keep_days=form.cleaned_data["keep_days"],
-            )
-        messages.success(request, "Retention policy saved.")
-        return redirect("audit:retention")
+        try:
+            with transaction.atomic():
+                retention_policy_update(
+                    user=request.user,
+                    enabled=form.cleaned_data["enabled"],
+                    keep_days=form.cleaned_data["keep_days"],
+                )
+        except ApplicationError as exc:
+            form.add_error("keep_days", exc.message)
+        else:
+            messages.success(request, "Retention policy saved.")
+            return redirect("audit:retention")
     purges = _recent_purges()
     return render(
         request,
@@ -263,6 +323,7 @@ def retention(request: HttpRequest) -> HttpResponse:
             "form": form,
             "policy": policy,
             "candidates": retention_candidates(),
+            "floor_days": retention_floor_days(),
             "purges": purges,
             "nav": "retention",
             "is_admin": True,
@@ -292,4 +353,96 @@ def _recent_purges() -> list[Any]:
         AuditEntry.objects.filter(action="retention.purge").only(
             "at", "note", "actor_name", "target"
         )[:20]
+    )
+
+
+def _incidents_allowed(request: HttpRequest) -> None:
+    if not can_manage_incidents(request.user):
+        raise PermissionDenied("Incidents are for auditors and admins.")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def incidents(request: HttpRequest) -> HttpResponseBase:
+    """Every incident, open ones first by deadline; a form to open one on runs."""
+    _incidents_allowed(request)
+    form = IncidentOpenForm(request.POST or None, initial={"runs": request.GET.get("run", "")})
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            incident = incident_open(
+                user=request.user,
+                run_ids=form.run_ids(),
+                title=data["title"],
+                severity=data["severity"],
+                aware_at=data["aware_at"],
+                notes=data["notes"],
+            )
+        except ApplicationError as exc:
+            for field, problems in (exc.details or {}).items():
+                form.add_error(field if field in form.fields else None, " ".join(problems))
+            if not exc.details:
+                form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Incident {incident.pk} opened: its runs are held.")
+            return redirect("audit:incident", incident_id=incident.pk)
+    now = clock.now()
+    rows = [
+        (i, (i.report_due_at - now).total_seconds() / 3600)
+        for i in Incident.objects.prefetch_related("runs").order_by(
+            Case(When(status=IncidentStatus.OPEN, then=0), default=1), "report_due_at"
+        )[:200]
+    ]
+    return render(
+        request,
+        "audit/incidents.html",
+        {
+            "form": form,
+            "rows": rows,
+            "nav": "incidents",
+            "is_admin": is_admin(request.user),
+        },
+        status=400 if request.method == "POST" else 200,
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def incident(request: HttpRequest, incident_id: int) -> HttpResponseBase:
+    """One incident: the countdown to its reporting deadline, its runs, its history."""
+    _incidents_allowed(request)
+    item = get_object_or_404(Incident, pk=incident_id)
+    form = IncidentUpdateForm(
+        request.POST or None, initial={"status": item.status, "notes": item.notes}
+    )
+    if request.method == "POST" and form.is_valid():
+        try:
+            incident_update(
+                user=request.user,
+                incident_id=item.pk,
+                status=form.cleaned_data["status"],
+                notes=form.cleaned_data["notes"],
+                note=form.cleaned_data["note"],
+            )
+        except ApplicationError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, "Incident updated.")
+            return redirect("audit:incident", incident_id=item.pk)
+    hours_left = (item.report_due_at - clock.now()).total_seconds() / 3600
+    context = {
+        "incident": item,
+        "hours_left": hours_left,
+        "days_left": int(hours_left // 24) if hours_left > 0 else 0,
+        "rest_hours": int(hours_left % 24) if hours_left > 0 else 0,
+        "runs": list(item.runs.order_by("run_id").values_list("run_id", flat=True)),
+        "history": AuditEntry.objects.filter(target=f"incident:{item.pk}").order_by("at", "id"),
+        "form": form,
+        "nav": "incidents",
+        "is_admin": is_admin(request.user),
+    }
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, "audit/incident.html#countdown", context)
+    return render(
+        request, "audit/incident.html", context, status=400 if request.method == "POST" else 200
     )

@@ -1,4 +1,4 @@
-"""python -m bench [all|step|throughput|recovery|gateway|waiters|dashboard|scaling|nodes|servers ...] [--quick|--smoke]
+"""python -m bench [all|step|throughput|recovery|gateway|waiters|dashboard|scaling|nodes|servers|traces ...] [--quick|--smoke]
 
 Starts the real stack itself (gunicorn against the bench database, PostgreSQL with its default
 durability), measures, and writes bench/RESULTS.md with results.json beside it. Every process
@@ -33,6 +33,7 @@ PARTS = [
     "nodes",
     "servers",
     "integrations",
+    "traces",
 ]
 BENCH_VENV_PACKAGES = [
     "dbos",
@@ -235,6 +236,10 @@ def _run_part(ctx: Ctx, part: str, workers: int, threads: int, out_dir: Path) ->
         from bench import part_integrations
 
         part_integrations.run(ctx, out_dir)
+    elif part == "traces":
+        from bench import part_traces
+
+        part_traces.run(ctx, workers, threads)
     elif part == "waiters":
         from bench import part_waiters
 

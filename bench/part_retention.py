@@ -10,7 +10,7 @@ and the foreign key checks are off while the bulk rows go in (session_replicatio
 hashes are placeholders. Then, with valid chains (made by bench.testdata.runs_bulk_create),
 `--held` runs in review and a tenth as many on legal hold in the old months, each with its first
 step waiting for approval (a request and one approval). It runs the partition stage of retention
-(audit.retention.retention_months_drop) with keep_days 180, times it per month, checks that the
+(audit.retention.retention_months_drop) with keep_days 183 (the retention floor), times it per month, checks that the
 held runs were moved aside (their approvals too) and still verify and that the recent months
 were not touched, writes bench/RETENTION.md and drops the database.
 """
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--events", type=int, default=20)
     parser.add_argument("--held", type=int, default=600)
-    parser.add_argument("--keep-days", type=int, default=180)
+    parser.add_argument("--keep-days", type=int, default=183)
     parser.add_argument("--keep-db", action="store_true", help="do not drop the database")
     parser.add_argument("--out", default=str(ROOT / "bench" / "RETENTION.md"))
     args = parser.parse_args(argv)

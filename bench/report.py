@@ -23,6 +23,7 @@ TITLES = {
     "console": "7. Operator's console (overview, timeline)",
     "nodes": "8. Past one machine: web nodes through PgBouncer, replica lag",
     "integrations": "9. Framework integrations and the MCP proxy",
+    "traces": "10. Traces: the exporter beside the hot path, export throughput",
 }
 
 METHOD = """\
@@ -98,6 +99,7 @@ def write_report(results: Results, path: Path) -> None:
         "console",
         "nodes",
         "integrations",
+        "traces",
         "profile",
     ]:
         names = results.part_figures.get(part, [])

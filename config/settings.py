@@ -91,6 +91,7 @@ INSTALLED_APPS = [
     "console",
     "sso",  # sign-in through the company's identity provider (OpenID Connect), the people page
     "demo",  # scripts/demo's management commands (demo_seed, demo_story); no models
+    "traces",  # the journal as OpenTelemetry traces (docs/traces.md)
 ]
 
 MIDDLEWARE = [
@@ -349,6 +350,15 @@ CELERY_BEAT_SCHEDULE["console-refresh-run-days"] = every(
 CELERY_BEAT_SCHEDULE["review-escalate-waiting-items"] = every(
     env_int("REVIEW_ESCALATION_INTERVAL_SECONDS", 60), "review.tasks.escalate_waiting_items"
 )
+# Traces (issue 49, docs/traces.md): with an OTLP endpoint set, beat exports the committed journal
+# every TRACES_EXPORT_INTERVAL_SECONDS; OTEL_TRACE_URL ("…{trace_id}…") links a run page to it
+if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
+    "OTEL_EXPORTER_OTLP_ENDPOINT"
+):
+    CELERY_BEAT_SCHEDULE["export-traces"] = every(
+        env_int("TRACES_EXPORT_INTERVAL_SECONDS", 5), "traces.tasks.export_traces"
+    )
+OTEL_TRACE_URL = os.environ.get("OTEL_TRACE_URL", "")
 # Tool side: an in_progress key whose lock is older than this is stale ("maybe executed").
 TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS = env_int("TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS", 60)
 # Finished keys are kept at least this long (never less than 72 h), then pruned hourly.
@@ -368,6 +378,9 @@ AUDIT_EXPORT_DIR = os.environ.get("AUDIT_EXPORT_DIR", str(BASE_DIR / "exports"))
 AUDIT_EXPORT_TTL_HOURS = env_int("AUDIT_EXPORT_TTL_HOURS", 24)
 AUDIT_EXPORT_SYNC_MAX_RUNS = env_int("AUDIT_EXPORT_SYNC_MAX_RUNS", 2000)
 AUDIT_CHECKPOINT_INTERVAL_SECONDS = env_int("AUDIT_CHECKPOINT_INTERVAL_SECONDS", 3600)
+# The retention floor: no run younger than this is ever purged (EU AI Act Art. 19(1), 26(6): logs
+# kept at least six months); a retention policy shorter than it is refused.
+AUDIT_MIN_RETENTION_DAYS = env_int("AUDIT_MIN_RETENTION_DAYS", 183)
 CELERY_BEAT_SCHEDULE.update(
     {
         "audit-checkpoint": every(

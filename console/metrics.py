@@ -12,7 +12,9 @@ the database at scrape time by `LedgerCollector`, so any web process answers the
 - `intentledger_duplicates_prevented_total{kind}`: steps replayed from the journal by recoveries,
   and keys reconciled from the tool side; `intentledger_lease_expiries_total`;
 - `intentledger_review_queue_depth` and `intentledger_review_queue_oldest_age_seconds`;
-- `intentledger_chain_alerts_open`: chains the checkpoint job found broken and nobody acknowledged.
+- `intentledger_chain_alerts_open`: chains the checkpoint job found broken and nobody acknowledged;
+- `intentledger_incidents_open` and `intentledger_incident_report_due_hours{incident, severity}`:
+  serious incidents not yet reported and the hours left to each one's deadline (audit.incidents).
 
 Cost: one grouped scan of runs_run and one of the three event types per scrape (about a second
 at a million runs with ten million events here; scrape every 30 s or more on big tables, or move
@@ -39,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from runs import clock
 from runs.vocabulary import EventType
+from traces.metrics import trace_export_metrics
 
 OTHER_AGENTS = "other"
 
@@ -170,6 +173,10 @@ class LedgerCollector(Collector):
             "Chain verification failures found by the checkpoint job and not acknowledged.",
             value=ChainAlert.objects.filter(acknowledged_at__isnull=True).count(),
         )
+        from audit.incidents import incident_metric_families
+
+        yield from incident_metric_families()
+        yield from trace_export_metrics()  # the trace exporter's backlog (traces/)
 
 
 _collector = LedgerCollector()

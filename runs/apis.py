@@ -173,6 +173,7 @@ def hot_call_api(
                 index=index,
                 data=request.data,
                 validate=contract.Shape.validated,
+                traceparent=request.headers.get("traceparent"),
             )
             return Response(body, status=code)
 

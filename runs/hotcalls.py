@@ -26,6 +26,7 @@ from runs.services.finish import run_complete, run_fail
 from runs.services.leases import run_heartbeat, run_lease_acquire
 from runs.services.steps import step_intent_record, step_outcome_record
 from tools.gateway import gateway_step_run
+from traces.context import traceparent_parsed
 
 Reply = tuple[int, dict[str, Any]]
 RunId = UUID | str
@@ -35,7 +36,8 @@ RunId = UUID | str
 
 def create(*, principal: Any, run_id: None, index: None, payload: dict[str, Any]) -> Reply:
     """POST /api/v1/runs/: 201 a new run, 200 the run the same (agent, external_id) attaches
-    to; 403 `agent_not_allowed` for a token limited to other agents. A null input is `{}`."""
+    to; 403 `agent_not_allowed` for a token limited to other agents. A null input is `{}`.
+    `trace_parent`: the caller's span (its `traceparent` header, put here by `answer`)."""
     agent_check_allowed(principal=principal, agent=payload["agent"])
     data = dict(payload)
     if data["input"] is None:
@@ -134,15 +136,21 @@ def answer(
     index: int | None = None,
     data: Any,
     validate: Validate,
+    traceparent: str | None = None,
 ) -> Reply:
     """The hot call `name` for `principal`: the run's visibility first (a 404 comes before a
-    400), then `data` validated by the door's `validate`, then the call."""
+    400), then `data` validated by the door's `validate`, then the call.
+
+    `traceparent`: the request's W3C `traceparent` header, which every door passes as it is;
+    a create's run joins that trace (an invalid header is ignored, as W3C says)."""
     hot = CALLS[name]
     if (run_id is None) != (name == "create"):
         raise ValueError(f"{name} is {'not ' if run_id is None else ''}a call on a run")
     if run_id is not None:
         run_check_visible(principal=principal, run_id=run_id)
     payload = validate(hot.shape, data)
+    if name == "create":
+        payload = {**payload, "trace_parent": traceparent_parsed(traceparent)}
     return hot.call(principal=principal, run_id=run_id, index=index, payload=payload)
 
 

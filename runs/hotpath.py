@@ -85,7 +85,13 @@ def _refusal(error: ApplicationError) -> HotAnswer:
 
 
 def answer(
-    call: str, *, run_id: UUID | None, index: int | None, body: bytes, authorization: str | None
+    call: str,
+    *,
+    run_id: UUID | None,
+    index: int | None,
+    body: bytes,
+    authorization: str | None,
+    traceparent: str | None = None,
 ) -> HotAnswer:
     """Answer one lean call (`run_id` None: create), or raise Decline for the DRF view to.
 
@@ -114,6 +120,7 @@ def answer(
                     index=index,
                     data=data,
                     validate=contract.Shape.lean,  # Decline: the DRF view answers
+                    traceparent=traceparent,
                 )
             if run_id is None:
                 seen.name_run(reply["id"])  # the run it created or attached to
@@ -189,6 +196,7 @@ def hot_view(call: str, drf_view: Callable[..., Any]) -> Callable[..., Any]:
                     index=kwargs.get("index"),
                     body=request.body,
                     authorization=request.headers.get("Authorization"),
+                    traceparent=request.headers.get("traceparent"),
                 )
             except Decline:
                 pass
@@ -274,6 +282,7 @@ class HotPathWSGI:
             "index": None if index is None else int(index),
             "body": body,
             "authorization": environ.get("HTTP_AUTHORIZATION"),
+            "traceparent": environ.get("HTTP_TRACEPARENT"),
         }
         # a connection that died between requests fails the first statement: intents, outcomes,
         # heartbeats, completes and fails go again once on a fresh one (a repeat is answered as

@@ -80,10 +80,14 @@ class InProcessTransport:
 
     # --- runs -----------------------------------------------------------------------------
 
-    def create_run(self, *, agent: str, input: Any, external_id: str | None) -> dict[str, Any]:
+    def create_run(
+        self, *, agent: str, input: Any, external_id: str | None, traceparent: str | None = None
+    ) -> dict[str, Any]:
         body = {"agent": agent, "input": input, "external_id": external_id}
         # without an external id a repeat after a lost commit would make a second run
-        return self._hot("create", None, body, idempotent=external_id is not None)
+        return self._hot(
+            "create", None, body, idempotent=external_id is not None, traceparent=traceparent
+        )
 
     def get_run(self, run_id: str, *, wait: int | None = None) -> dict[str, Any]:
         def get(principal: WorkerPrincipal) -> dict[str, Any]:
@@ -150,12 +154,19 @@ class InProcessTransport:
         index: int | None = None,
         idempotent: bool = True,
         one_statement: bool = True,
+        traceparent: str | None = None,
     ) -> dict[str, Any]:
         """Hot call `name` (runs.hotcalls), validated as the HTTP doors validate it."""
 
         def call(principal: WorkerPrincipal) -> dict[str, Any]:
             code_and_body = hotcalls.answer(
-                name, principal=principal, run_id=run_id, index=index, data=body, validate=_fields
+                name,
+                principal=principal,
+                run_id=run_id,
+                index=index,
+                data=body,
+                validate=_fields,
+                traceparent=traceparent,
             )
             return code_and_body[1]
 

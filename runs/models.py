@@ -141,6 +141,11 @@ class Run(models.Model):
     )
     forked_from_index = models.PositiveIntegerField(null=True, blank=True)
 
+    # the caller's W3C trace context at creation (a `traceparent` header on POST /runs/): the
+    # run's span is a child of that span, in that trace (traces/); null: a trace of its own
+    trace_id = models.CharField(max_length=32, null=True, blank=True, editable=False)
+    trace_parent_span_id = models.CharField(max_length=16, null=True, blank=True, editable=False)
+
     class Meta:
         constraints = [
             models.CheckConstraint(

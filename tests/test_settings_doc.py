@@ -24,6 +24,7 @@ PYTHON_SOURCES = (
     "console",
     "support_agent",
     "demo",
+    "traces",
     "sdk/src/intentledger",
     "manage.py",
 )

@@ -15,6 +15,7 @@ from runs.constants import EventType, RunRunner
 from runs.kernel import event_append
 from runs.models import Run
 from runs.services.budgets import budget_of, budget_policy_for, limits_copied
+from traces.context import TraceParent
 
 
 def run_create(
@@ -24,11 +25,14 @@ def run_create(
     external_id: str | None = None,
     actor: str,
     runner: str = RunRunner.EXTERNAL,
+    trace_parent: TraceParent | None = None,
 ) -> tuple[Run, bool]:
     """Create a run with its policy's limits copied in; the same (agent, external_id) attaches.
 
     `runner`: `celery` for runs the agents' Celery task runs (re-dispatched by the reaper and the
     idle sweep), `external` for every other caller (resumed only by its own process).
+    `trace_parent`: the creator's span (W3C trace context): the run's trace is that span's, its
+    span a child of it (traces/); kept on the run, read by the trace exporter only.
     """
     if external_id is not None:
         existing = Run.objects.filter(agent=agent, external_id=external_id).first()
@@ -48,6 +52,8 @@ def run_create(
                 **limits,
                 deadline=now + timedelta(seconds=limits["limit_wall_seconds"]),
                 event_head=GENESIS_HASH,
+                trace_id=trace_parent.trace_id if trace_parent else None,
+                trace_parent_span_id=trace_parent.span_id if trace_parent else None,
             )
             run.save(force_insert=True)
             event_append(

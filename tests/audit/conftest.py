@@ -35,3 +35,6 @@ def client_for(user_in: Callable[[str], User]) -> Callable[[str], Client]:
         return client
 
     return make
+
+
+from tests.review.browser import review_server  # noqa: E402, F401  (fixture)

@@ -37,7 +37,7 @@ NOTE = "Matter 2026-114: counsel asks us to keep this run"
 def _old_runs(n: int) -> list[Any]:
     """n completed runs created 100 days ago (their month is past a 30-day policy)."""
     return runs_bulk_create(
-        runs=n, steps_per_run=2, status="completed", created_at=timezone.now() - timedelta(days=100)
+        runs=n, steps_per_run=2, status="completed", created_at=timezone.now() - timedelta(days=300)
     )
 
 
@@ -56,7 +56,7 @@ def _verifies_offline(run_id: Any, tmp_path: Path) -> None:
 def test_an_admin_holds_an_old_run_from_its_page_and_retention_keeps_it_until_lifted(
     client_for: Callable[[str], Client], tmp_path: Path
 ) -> None:
-    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=200)
     held, other = _old_runs(2)
     admin = client_for("admins")
     page = admin.get(f"/runs/{held}/").content.decode()

@@ -46,8 +46,8 @@ def _partitions() -> set[str]:
 
 
 def test_old_finished_runs_are_purged_after_a_checkpoint_and_leave_a_tombstone(db: Any) -> None:
-    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
-    old = _created(days_ago=120)
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=200)
+    old = _created(days_ago=320)
     old_done = runs_bulk_create(runs=4, steps_per_run=2, status="completed", created_at=old)
     old_failed = runs_bulk_create(runs=2, steps_per_run=1, status="failed", created_at=old)
     recent = runs_bulk_create(runs=3, steps_per_run=1, status="completed")
@@ -91,8 +91,8 @@ def test_nothing_is_purged_while_the_policy_is_off(db: Any) -> None:
 
 
 def test_a_broken_chain_stops_the_purge(db: Any) -> None:
-    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=1)
-    ids = runs_bulk_create(runs=3, steps_per_run=1, created_at=_created(days_ago=70))
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=190)
+    ids = runs_bulk_create(runs=3, steps_per_run=1, created_at=_created(days_ago=270))
     with connection.cursor() as cursor:
         cursor.execute("SET session_replication_role = replica")
         cursor.execute(
@@ -110,14 +110,14 @@ def test_only_admins_set_the_policy_and_it_is_audited(client_for: Callable[[str]
     admin = client_for("admins")
     assert admin.get("/audit/retention/").status_code == 200
     assert admin.post("/audit/retention/", {"keep_days": "0"}).status_code == 400
-    response = admin.post("/audit/retention/", {"enabled": "on", "keep_days": "45"})
+    response = admin.post("/audit/retention/", {"enabled": "on", "keep_days": "245"})
     assert response.status_code == 302
     policy = RetentionPolicy.objects.get()
-    assert policy.enabled and policy.keep_days == 45 and policy.updated_by == "admins-user"
+    assert policy.enabled and policy.keep_days == 245 and policy.updated_by == "admins-user"
     entry = AuditEntry.objects.get(action="retention.update")
-    assert entry.details["to"] == {"enabled": True, "keep_days": 45}
+    assert entry.details["to"] == {"enabled": True, "keep_days": 245}
 
-    runs_bulk_create(runs=2, steps_per_run=1, created_at=_created(days_ago=100))
+    runs_bulk_create(runs=2, steps_per_run=1, created_at=_created(days_ago=300))
     admin.post("/audit/retention/", {"purge": "1"})
     assert Run.objects.count() == 0
     assert AuditEntry.objects.get(action="retention.purge").actor_name == "admins-user"
@@ -126,8 +126,8 @@ def test_only_admins_set_the_policy_and_it_is_audited(client_for: Callable[[str]
 def test_old_months_are_dropped_whole_and_runs_in_review_or_on_hold_are_moved_aside(
     db: Any,
 ) -> None:
-    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
-    old = _created(days_ago=100)
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=200)
+    old = _created(days_ago=300)
     gone = runs_bulk_create(runs=5, steps_per_run=3, status="completed", created_at=old)
     in_review = runs_bulk_create(runs=2, steps_per_run=3, status="needs_review", created_at=old)
     on_hold = runs_bulk_create(runs=1, steps_per_run=3, status="completed", created_at=old)
@@ -181,8 +181,8 @@ def _approved(run_ids: list[Any]) -> list[int]:
 def test_a_month_with_approvals_is_dropped_and_the_kept_runs_keep_theirs(db: Any) -> None:
     """PostgreSQL refuses to detach a partition whose steps an approval request references:
     the purged runs' requests go first, the kept runs' step aside and come back unchanged."""
-    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
-    old = _created(days_ago=100)
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=200)
+    old = _created(days_ago=300)
     gone = runs_bulk_create(runs=2, steps_per_run=2, status="completed", created_at=old)
     on_hold = runs_bulk_create(runs=2, steps_per_run=2, status="completed", created_at=old)
     Run.objects.filter(pk__in=on_hold).update(legal_hold=True)
@@ -216,8 +216,8 @@ def test_a_month_with_approvals_is_dropped_and_the_kept_runs_keep_theirs(db: Any
 
 
 def test_a_run_moved_aside_goes_row_by_row_once_it_may(db: Any) -> None:
-    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
-    on_hold = runs_bulk_create(runs=2, steps_per_run=2, created_at=_created(days_ago=100))
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=200)
+    on_hold = runs_bulk_create(runs=2, steps_per_run=2, created_at=_created(days_ago=300))
     Run.objects.filter(pk__in=on_hold).update(legal_hold=True)
     first = retention_purge()
     assert first.purged == 0 and first.kept == 2 and len(first.months_dropped) == 1
@@ -230,3 +230,60 @@ def test_a_run_moved_aside_goes_row_by_row_once_it_may(db: Any) -> None:
     assert list(Run.objects.values_list("pk", flat=True)) == [on_hold[1]]
     assert not Event.objects.filter(run_id=on_hold[0]).exists()
     assert run_chain_breaks(Run.objects.get(pk=on_hold[1])) == []
+
+
+def test_the_retention_floor_refuses_a_shorter_policy_and_says_why(
+    client_for: Callable[[str], Client],
+) -> None:
+    admin = client_for("admins")
+    page = admin.get("/audit/retention/").content.decode()
+    assert "Retention floor: 183 days." in page and "AUDIT_MIN_RETENTION_DAYS" in page
+
+    refused = admin.post("/audit/retention/", {"enabled": "on", "keep_days": "90"})
+
+    assert refused.status_code == 400
+    assert "AUDIT_MIN_RETENTION_DAYS is 183" in refused.content.decode()
+    assert RetentionPolicy.objects.get().keep_days == 365  # the default, unchanged
+    assert not AuditEntry.objects.filter(action="retention.update").exists()
+    assert admin.post("/audit/retention/", {"keep_days": "183"}).status_code == 302
+
+
+def test_no_purge_takes_a_run_younger_than_the_floor(db: Any, settings: Any) -> None:
+    """A policy saved under a lower floor (or a row edited by hand) still cannot purge younger
+    runs: the purge itself holds the floor, whoever starts it."""
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=30)
+    young = runs_bulk_create(runs=3, steps_per_run=1, created_at=_created(days_ago=150))
+    old = runs_bulk_create(runs=2, steps_per_run=1, created_at=_created(days_ago=250))
+
+    result = retention_purge()
+
+    assert result.purged == 2 and not result.refused
+    assert set(Run.objects.values_list("pk", flat=True)) == set(young)
+    assert not Run.objects.filter(pk__in=old).exists()
+    # the operator may raise the floor: then nothing of these is young enough to go
+    settings.AUDIT_MIN_RETENTION_DAYS = 400
+    runs_bulk_create(runs=1, steps_per_run=1, created_at=_created(days_ago=300))
+    assert retention_purge().purged == 0
+
+
+def test_an_open_incident_holds_its_runs_until_it_is_closed(
+    db: Any, user_in: Callable[[str], Any]
+) -> None:
+    from audit.incidents import incident_open, incident_update
+
+    RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=200)
+    ids = runs_bulk_create(runs=3, steps_per_run=1, created_at=_created(days_ago=300))
+    incident = incident_open(
+        user=user_in("auditors"),
+        run_ids=[ids[0]],
+        title="Wrong refund",
+        severity="serious",
+        aware_at=timezone.now(),
+    )
+
+    assert retention_purge().purged == 2
+    assert list(Run.objects.values_list("pk", flat=True)) == [ids[0]]
+    incident_update(user=user_in("admins"), incident_id=incident.pk, status="reported")
+    assert retention_purge().purged == 0  # reported is not closed: still held
+    incident_update(user=user_in("admins"), incident_id=incident.pk, status="closed")
+    assert retention_purge().purged == 1

@@ -28,6 +28,8 @@ class Command(BaseCommand):
             public_key = [load_public_key(k) for k in options["public_key"]]
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        if not public_key:
+            raise CommandError("a JSONL export needs --public-key")
         report = verify_export_file(path, public_key)
         for line in render_report(report):
             self.stdout.write(line)

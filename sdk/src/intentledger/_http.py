@@ -170,10 +170,19 @@ class HttpTransport:
 
     # --- the SDK's calls (intentledger._transport.Transport) ----------------------------------
 
-    def create_run(self, *, agent: str, input: Any, external_id: str | None) -> dict[str, Any]:
+    def create_run(
+        self, *, agent: str, input: Any, external_id: str | None, traceparent: str | None = None
+    ) -> dict[str, Any]:
         body = {"agent": agent, "input": input, "external_id": external_id}
+        headers = {"traceparent": traceparent} if traceparent else None
         # without an external id a repeat would make a second run: sent again only unsent
-        return self._body("POST", "/api/v1/runs/", json=body, idempotent=external_id is not None)
+        return self._body(
+            "POST",
+            "/api/v1/runs/",
+            json=body,
+            headers=headers,
+            idempotent=external_id is not None,
+        )
 
     def get_run(self, run_id: str, *, wait: int | None = None) -> dict[str, Any]:
         if wait is None:

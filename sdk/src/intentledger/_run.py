@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from intentledger._otel import current_traceparent
 from intentledger._steps import (
     _accepts_key,
     _denied,
@@ -134,7 +135,10 @@ class Run:
         if not self.id:
             assert self.agent is not None
             created = self._transport.create_run(
-                agent=self.agent, input=self.input, external_id=self.external_id
+                agent=self.agent,
+                input=self.input,
+                external_id=self.external_id,
+                traceparent=current_traceparent(),
             )
             self.id = created["id"]
         self.lease()

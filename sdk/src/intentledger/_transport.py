@@ -69,8 +69,11 @@ class ToolCall:
 class Transport(Protocol):
     """The calls of the worker API and the tool gateway the SDK makes, by name."""
 
-    def create_run(self, *, agent: str, input: Any, external_id: str | None) -> dict[str, Any]:
-        """POST /runs/: the new run, or the existing one of (agent, external_id)."""
+    def create_run(
+        self, *, agent: str, input: Any, external_id: str | None, traceparent: str | None = None
+    ) -> dict[str, Any]:
+        """POST /runs/: the new run, or the existing one of (agent, external_id); `traceparent`
+        (W3C) puts the run's trace under the caller's span."""
         ...
 
     def get_run(self, run_id: str, *, wait: int | None = None) -> dict[str, Any]:
