@@ -61,20 +61,6 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT to_char(value, 'FM999999999999990.000000')
 $$;
 
--- A worker token's liveness, checked on every worker call in that call's own round trip and
--- implicit transaction: runs.authentication.token_live sends it after the call's first statement
--- in one simple query, so a revoked (or deleted) token raises SQLSTATE LT401 (the class LT is
--- ours: PostgreSQL uses none by that name) and the statement before it rolls back with it.
-CREATE OR REPLACE FUNCTION ledger_token_live(p_token_hash text) RETURNS void
-LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    PERFORM 1 FROM runs_workertoken WHERE token_hash = p_token_hash AND revoked_at IS NULL;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'the worker token was revoked' USING ERRCODE = 'LT401';
-    END IF;
-END
-$$;
-
 -- BEGIN generated from the transition tables in runs/constants.py
 -- by `manage.py kernel_snapshot`: edit the tables, not this block (kernel_snapshot --check
 -- fails while it is stale). The guard triggers below hold every status and state change
@@ -1129,6 +1115,6 @@ CREATE TRIGGER runs_run_status_notify
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0007_kernel_snapshot")]
+    dependencies = [("runs", "0007_kernel_step_answer_type")]
 
     operations = [migrations.RunSQL(SQL, migrations.RunSQL.noop)]

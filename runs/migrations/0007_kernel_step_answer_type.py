@@ -7,7 +7,7 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0005_kernel_snapshot")]
+    dependencies = [("runs", "0006_kernel_snapshot")]
 
     operations = [
         migrations.RunSQL("DROP TYPE IF EXISTS ledger_step_answer CASCADE", migrations.RunSQL.noop)

@@ -6,7 +6,7 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0003_journal_months_ahead")]
+    dependencies = [("runs", "0004_trace_context")]
 
     operations = [
         migrations.RunSQL(

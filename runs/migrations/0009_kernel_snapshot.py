@@ -29,44 +29,19 @@ SQL = r"""-- The journal kernel: every live ledger_* function, the journal's tri
 -- PARTITION BY RANGE (journal_month), made by runs/migrations/0001_initial.py): every lookup of a
 -- step or an event names run_id AND journal_month, so the planner prunes to one partition.
 
--- What every step call answers: a refusal, or the step (and the run's budget columns). A type
--- cannot be replaced in place: changing it means a snapshot that drops the functions using it.
+-- What every step call answers: a refusal (code, details), or the step as the row's own type and
+-- the run (its budget columns are what callers read). Declared once: the step's columns are
+-- runs_step's, so a new column of the table is in the answer without a word here, and
+-- runs.kernel reads it by the model's metadata. A type cannot be replaced in place: changing
+-- it means a migration that drops it (and the functions using it) before the next snapshot.
 DO $type$
 BEGIN
     CREATE TYPE ledger_step_answer AS (
         code text,
         details jsonb,
         created boolean,
-        step_id bigint,
-        state text,
-        arguments jsonb,          -- only when the step was recorded before this call
-        result jsonb,             -- likewise
-        usage_input_tokens bigint,
-        usage_output_tokens bigint,
-        usage_cost_usd numeric,
-        epoch bigint,
-        intent_at timestamptz,
-        outcome_at timestamptz,
-        kind text,
-        name text,
-        effect text,
-        enforced_by text,
-        arguments_hash text,
-        idempotency_key text,
-        resolution_action text,
-        resolution_by text,
-        resolution_note text,
-        resolution_at timestamptz,
-        limit_steps integer,
-        limit_tokens bigint,
-        limit_cost_usd numeric,
-        limit_wall_seconds integer,
-        limit_recoveries integer,
-        used_steps integer,
-        used_tokens bigint,
-        used_cost_usd numeric,
-        used_recoveries integer,
-        deadline timestamptz
+        step runs_step,           -- its arguments and result only when recorded before this call
+        run runs_run
     );
 EXCEPTION WHEN duplicate_object THEN NULL;
 END
@@ -84,6 +59,20 @@ $$;
 CREATE OR REPLACE FUNCTION ledger_money(value numeric) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
     SELECT to_char(value, 'FM999999999999990.000000')
+$$;
+
+-- A worker token's liveness, checked on every worker call in that call's own round trip and
+-- implicit transaction: runs.authentication.token_live sends it after the call's first statement
+-- in one simple query, so a revoked (or deleted) token raises SQLSTATE LT401 (the class LT is
+-- ours: PostgreSQL uses none by that name) and the statement before it rolls back with it.
+CREATE OR REPLACE FUNCTION ledger_token_live(p_token_hash text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM 1 FROM runs_workertoken WHERE token_hash = p_token_hash AND revoked_at IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the worker token was revoked' USING ERRCODE = 'LT401';
+    END IF;
+END
 $$;
 
 -- BEGIN generated from the transition tables in runs/constants.py
@@ -315,24 +304,14 @@ CREATE OR REPLACE FUNCTION ledger_answer_fill(
 )
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    a.step_id := s.id; a.state := s.state; a.usage_input_tokens := s.usage_input_tokens;
-    a.usage_output_tokens := s.usage_output_tokens; a.usage_cost_usd := s.usage_cost_usd;
-    a.epoch := s.epoch; a.intent_at := s.intent_at; a.outcome_at := s.outcome_at;
-    a.kind := s.kind; a.name := s.name; a.effect := s.effect; a.enforced_by := s.enforced_by;
-    a.arguments_hash := s.arguments_hash; a.idempotency_key := s.idempotency_key;
-    a.resolution_action := s.resolution_action; a.resolution_by := s.resolution_by;
-    a.resolution_note := s.resolution_note; a.resolution_at := s.resolution_at;
-    IF p_arguments THEN
-        a.arguments := s.arguments;
+    -- what the caller sent is not sent back (a 10 KB result would cross the wire twice)
+    IF NOT p_arguments THEN
+        s.arguments := NULL;
     END IF;
-    IF p_result THEN
-        a.result := s.result;
+    IF NOT p_result THEN
+        s.result := NULL;
     END IF;
-    a.limit_steps := r.limit_steps; a.limit_tokens := r.limit_tokens;
-    a.limit_cost_usd := r.limit_cost_usd; a.limit_wall_seconds := r.limit_wall_seconds;
-    a.limit_recoveries := r.limit_recoveries; a.used_steps := r.used_steps;
-    a.used_tokens := r.used_tokens; a.used_cost_usd := r.used_cost_usd;
-    a.used_recoveries := r.used_recoveries; a.deadline := r.deadline;
+    a.step := s; a.run := r;
 END
 $$;
 
@@ -1054,7 +1033,7 @@ BEGIN
     VALUES (s.run_id, r.journal_month, s."index", s.kind, s.name, s.effect, s.enforced_by, s.arguments,
         s.arguments_hash, s.idempotency_key, s.state, s.result, s.usage_input_tokens,
         s.usage_output_tokens, s.usage_cost_usd, s.epoch, s.intent_at, s.outcome_at, s.executions)
-    RETURNING id INTO s.id;
+    RETURNING * INTO s;  -- the row as stored (its id, and any column's database default)
     IF s.state = 'awaiting_approval' THEN
         r := ledger_approval_request(r, s, rule, p_now, p_prefix, p_actor);
     END IF;
@@ -1150,6 +1129,6 @@ CREATE TRIGGER runs_run_status_notify
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0004_kernel_lease_signature")]
+    dependencies = [("runs", "0008_kernel_snapshot")]
 
     operations = [migrations.RunSQL(SQL, migrations.RunSQL.noop)]
