@@ -29,6 +29,7 @@ def measure(size: int, runs: int, reps: int) -> dict[str, Any]:
     from bench.common import payload_of
     from runs import kernel
     from runs.services.creation import run_create
+    from runs.services.leases import run_lease_acquire
 
     payload = payload_of(size)
     out: dict[str, list[list[float]]] = {"write": [], "read": []}
@@ -37,7 +38,9 @@ def measure(size: int, runs: int, reps: int) -> dict[str, Any]:
         read: list[float] = []
         for _ in range(runs):
             run, _ = run_create(agent="bench-inprocess", input={}, actor="bench")
-            epoch = kernel.lease(run_id=run.pk, worker="w", ttl_seconds=60, actor="bench").epoch
+            epoch = run_lease_acquire(
+                run_id=run.pk, worker="w", ttl_seconds=60, actor="bench"
+            ).epoch
             for i in range(STEPS):
                 t0 = time.perf_counter()
                 kernel.step_intent(
@@ -51,7 +54,9 @@ def measure(size: int, runs: int, reps: int) -> dict[str, Any]:
                 )  # fmt: skip
                 write.append((time.perf_counter() - t0) * 1000)
             run, _ = run_create(agent="bench-inprocess", input={}, actor="bench")
-            epoch = kernel.lease(run_id=run.pk, worker="w", ttl_seconds=60, actor="bench").epoch
+            epoch = run_lease_acquire(
+                run_id=run.pk, worker="w", ttl_seconds=60, actor="bench"
+            ).epoch
             for i in range(STEPS):
                 t0 = time.perf_counter()
                 kernel.step_intent(

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import psycopg
-from django.db import DataError, connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
@@ -60,8 +59,10 @@ def generate_token() -> str:
 # it is still live is asked of the database on every call (`principal_for`, `token_live`).
 _principals: dict[str, tuple[WorkerPrincipal, float]] = {}
 _CACHE_LIMIT = 10_000
-# fails (division by zero) unless the token is live
-_LIVE_SQL = "SELECT 1 / count(*) FROM runs_workertoken WHERE token_hash = %s AND revoked_at IS NULL"
+# the kernel's liveness check (runs/sql/ledger.sql): raises SQLSTATE TOKEN_REVOKED_SQLSTATE
+# unless the token is live
+_LIVE_SQL = "SELECT ledger_token_live(%s)"
+TOKEN_REVOKED_SQLSTATE = "LT401"  # noqa: S105 (an error code, not a secret)
 
 
 class TokenRevoked(Exception):
@@ -110,10 +111,11 @@ def principal_known(raw: str) -> WorkerPrincipal | None:
     return principal
 
 
-class _Guard:
-    """A Django execute wrapper: the first statement goes as `<statement>; <liveness check>` in
-    one simple query, which PostgreSQL runs as one implicit transaction: if the check fails the
-    statement's writes roll back with it."""
+class _CheckOnFirstStatement:
+    """A Django execute wrapper: the call's first statement goes as `<statement>; SELECT
+    ledger_token_live(…)` in one simple query, which PostgreSQL runs as one implicit transaction:
+    if the check fails the statement's writes roll back with it. The check comes second so the
+    cursor's first result stays the statement's own; a call pays no round trip for it."""
 
     def __init__(self, token_hash: str) -> None:
         self.token_hash = token_hash
@@ -129,8 +131,9 @@ class _Guard:
 @contextmanager
 def token_live(principal: WorkerPrincipal) -> Iterator[None]:
     """Run the enclosed call only if `principal`'s token is still live, checked in the same
-    round trip and transaction as the call's first statement (`_Guard`); a block that sent no
-    statement (a refusal before any SQL) checks at its end. Raises TokenRevoked.
+    round trip and transaction as the call's first statement (`_CheckOnFirstStatement`); a
+    block that sent no statement (a refusal before any SQL) checks at its end. Raises
+    TokenRevoked.
 
     Inside a caller's transaction (tests) a failed check would abort that transaction, so there
     the check is a statement of its own.
@@ -140,15 +143,14 @@ def token_live(principal: WorkerPrincipal) -> Iterator[None]:
             raise TokenRevoked
         yield
         return
-    guard = _Guard(principal.token_hash)
+    guard = _CheckOnFirstStatement(principal.token_hash)
     try:
         with connection.execute_wrapper(guard):
             yield
-    except DataError as exc:
-        if not isinstance(exc.__cause__, psycopg.errors.DivisionByZero):
+    except DatabaseError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != TOKEN_REVOKED_SQLSTATE:
             raise
-        if _read(principal.token_hash) is not None:  # the call's own error, not the check's
-            raise
+        _principals.pop(principal.token_hash, None)
         raise TokenRevoked from exc
     except Exception:
         if not guard.sent and _read(principal.token_hash) is None:

@@ -184,18 +184,6 @@ def run_budget_stop(run: Run, limit: ExceededLimit, *, actor: str, now: datetime
         run.status, run.status_reason, run.event_seq, run.event_head, _ = _one(cursor)
 
 
-def status_refusal(run_id: UUID | str) -> ApplicationError | None:
-    """The refusal the saved run's status gives a worker's write (`ledger_status_refusal`), or
-    None while the run may be written to."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT f.code, f.details FROM runs_run r, ledger_status_refusal(r) f WHERE r.id = %s",
-            [run_id],
-        )
-        code, details = _one(cursor)
-    return None if code is None else refusal(code, _json(details), run_id=run_id)
-
-
 def _text(value: Any) -> str:
     return canonical_json(value).decode("utf-8")
 
@@ -262,6 +250,12 @@ def refusal(code: str, details: dict[str, Any] | None, *, run_id: UUID | str) ->
         return ApplicationError(
             "budget_exceeded", f"The run's {details['limit']} budget is spent.", details=details
         )
+    if code == "needs_review" and details.get("limit") == "recoveries":
+        return ApplicationError(
+            "needs_review",
+            "The run's recovery budget is spent; it waits for a supervisor.",
+            details=details,
+        )
     if code == "needs_review" and "index" in details:
         return ApplicationError(
             "needs_review",
@@ -285,13 +279,6 @@ def refusal(code: str, details: dict[str, Any] | None, *, run_id: UUID | str) ->
 
 # --- answers --------------------------------------------------------------------------------
 
-_ANSWER_COLUMNS = (
-    "code, details, created, step_id, state, arguments, result, usage_input_tokens, usage_output_tokens, "
-    "usage_cost_usd, epoch, intent_at, outcome_at, kind, name, effect, enforced_by, "
-    "arguments_hash, idempotency_key, resolution_action, resolution_by, resolution_note, "
-    "resolution_at, limit_steps, limit_tokens, limit_cost_usd, limit_wall_seconds, "
-    "limit_recoveries, used_steps, used_tokens, used_cost_usd, used_recoveries, deadline"
-)
 _RUN_BUDGET_FIELDS = (
     "limit_steps",
     "limit_tokens",
@@ -337,9 +324,51 @@ class BudgetStopped(ApplicationError):
         )
 
 
+class _Rows[M: models.Model]:
+    """How one model's columns in a statement's answer become instances: `model.from_db` with
+    the values its fields' database converters give (what a queryset does for its rows), the
+    plan read once per statement from the cursor's column names. The columns are the model's
+    own (`(a.step).*`), so a column added to the table is read with no word here."""
+
+    def __init__(self, model: type[M], prefix: str = "") -> None:
+        self.model = model
+        self.prefix = prefix
+        self.fields = {f"{prefix}{field.column}": field for field in model._meta.concrete_fields}
+
+    def plan(self, names: list[str]) -> list[tuple[int, str, list[Any]]]:
+        """(position in the row, attname, converters) for each of the model's columns present,
+        in the model's field order (the order `from_db` takes values in)."""
+        order = {field.attname: n for n, field in enumerate(self.model._meta.concrete_fields)}
+        found = [
+            (position, field.attname, field.get_db_converters(connection))
+            for position, name in enumerate(names)
+            if (field := self.fields.get(name)) is not None
+        ]
+        return sorted(found, key=lambda item: order[item[1]])
+
+    def instance(self, row: tuple[Any, ...], plan: list[tuple[int, str, list[Any]]]) -> M:
+        attnames, values = [], []
+        for position, attname, converters in plan:
+            value = row[position]
+            for convert in converters:
+                value = convert(value, None, connection)
+            attnames.append(attname)
+            values.append(value)
+        return self.model.from_db(connection.alias, attnames, values)
+
+
+_STEP_ROWS = _Rows(Step)
+_RUN_ROWS = _Rows(Run, prefix="run__")
+# the run's columns an answer carries: its budget (runs.representations.budget_of) and its id
+_RUN_COLUMNS = ", ".join(f"(a.run).{name} AS run__{name}" for name in ("id", *_RUN_BUDGET_FIELDS))
+
+
 def _statement(function: str, arity: int) -> str:
     placeholders = ", ".join(["%s"] * arity)
-    return f"SELECT {_ANSWER_COLUMNS} FROM {function}({placeholders})"  # noqa: S608 (constants)
+    return (
+        f"SELECT a.code, a.details, a.created, (a.step).*, {_RUN_COLUMNS} "  # noqa: S608
+        f"FROM {function}({placeholders}) a"
+    )
 
 
 _INTENT_SQL = _statement("ledger_step_intent", 22)
@@ -347,81 +376,57 @@ _OUTCOME_SQL = _statement("ledger_step_outcome", 12)
 _OUTCOME_INTENT_SQL = _statement("ledger_step_outcome_intent", 29)
 
 
-def _call(statement: str, params: list[Any]) -> dict[str, Any]:
-    (row,) = _rows(statement, params)[:1]
-    return row
+@dataclass(frozen=True)
+class _Row:
+    """One answer of a step call: its refusal, and the step and run when there are some."""
+
+    code: str | None
+    details: Any
+    created: bool | None
+    step: Step | None
+    run: Run | None
 
 
-# a statement's column names, read once: cursor.description builds a Column per column per call
-_COLUMN_NAMES: dict[str, list[str]] = {}
+# a statement's plans, read once: cursor.description builds a Column per column per call
+_PLANS: dict[str, tuple[list[Any], list[Any]]] = {}
 
 
-def _rows(statement: str, params: list[Any]) -> list[dict[str, Any]]:
+def _rows(statement: str, params: list[Any]) -> list[_Row]:
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         rows = cursor.fetchall()
         assert rows
-        names = _COLUMN_NAMES.get(statement)
-        if names is None:
+        plans = _PLANS.get(statement)
+        if plans is None:
             assert cursor.description is not None
-            names = _COLUMN_NAMES[statement] = [c.name for c in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in rows]
+            names = [c.name for c in cursor.description]
+            plans = _PLANS[statement] = (_STEP_ROWS.plan(names), _RUN_ROWS.plan(names))
+    step_plan, run_plan = plans
+    return [
+        _Row(
+            code=row[0],
+            details=_json(row[1]),
+            created=row[2],
+            step=None if row[2] is None else _STEP_ROWS.instance(row, step_plan),
+            run=None if row[2] is None else _RUN_ROWS.instance(row, run_plan),
+        )
+        for row in rows
+    ]
 
 
-def _instance[M: models.Model](model: type[M], values: dict[str, Any]) -> M:
-    """`model(**values)` (by attname), built by position: Model.__init__'s fast path (the one a
-    queryset's rows take), each field not in `values` at its default as the keyword form gives."""
-    return model(
-        *[
-            values[field.attname] if field.attname in values else field.get_default()
-            for field in model._meta.concrete_fields
-        ]
-    )
-
-
-def _answer(
-    row: dict[str, Any], *, run_id: UUID | str, index: int, known: dict[str, Any]
-) -> StepAnswer:
-    code = row["code"]
-    details = _json(row["details"])
-    if code is not None and row["created"] is None:
-        raise refusal(code, details, run_id=run_id)
-    fresh = bool(row["created"])  # else the step as recorded before this call
-    step = _instance(
-        Step,
-        {
-            "id": row["step_id"],
-            "run_id": run_id,
-            "index": index,
-            "kind": row["kind"],
-            "name": row["name"],
-            "effect": row["effect"],
-            "enforced_by": row["enforced_by"],
-            "arguments": known["arguments"]
-            if row["arguments"] is None
-            else _json(row["arguments"]),
-            "arguments_hash": row["arguments_hash"],
-            "idempotency_key": row["idempotency_key"],
-            "state": row["state"],
-            "result": known["result"] if fresh and "result" in known else _json(row["result"]),
-            "usage_input_tokens": row["usage_input_tokens"],
-            "usage_output_tokens": row["usage_output_tokens"],
-            "usage_cost_usd": row["usage_cost_usd"],
-            "epoch": row["epoch"],
-            "intent_at": row["intent_at"],
-            "outcome_at": row["outcome_at"],
-            "resolution_action": row["resolution_action"],
-            "resolution_by": row["resolution_by"],
-            "resolution_note": row["resolution_note"],
-            "resolution_at": row["resolution_at"],
-        },
-    )
-    step._state.adding = False  # a row that exists: save() updates it
-    step._state.db = "default"
-    run = _instance(Run, {"id": run_id, **{name: row[name] for name in _RUN_BUDGET_FIELDS}})
-    answer = StepAnswer(step=step, run=run, created=fresh)
-    if code == "budget_exceeded":
-        raise BudgetStopped(details, answer)
+def _answer(row: _Row, *, run_id: UUID | str, known: dict[str, Any]) -> StepAnswer:
+    if row.created is None:
+        raise refusal(row.code or "not_found", row.details, run_id=run_id)
+    assert row.step is not None and row.run is not None
+    step = row.step
+    fresh = row.created  # else the step as recorded before this call
+    if step.arguments is None:  # not sent back: what the caller sent
+        step.arguments = known["arguments"]
+    if fresh and "result" in known:
+        step.result = known["result"]
+    answer = StepAnswer(step=step, run=row.run, created=fresh)
+    if row.code == "budget_exceeded":
+        raise BudgetStopped(row.details, answer)
     return answer
 
 
@@ -513,19 +518,20 @@ def step_intent(
         done_payload,
     ]
     if previous_outcome is None:
-        return _answer(_call(_INTENT_SQL, params), run_id=run_id, index=index, known=known)
+        (row,) = _rows(_INTENT_SQL, params)
+        return _answer(row, run_id=run_id, known=known)
     previous = previous_outcome
     carried = [previous["index"], *_outcome_params(previous, index=previous["index"])]
     rows = _rows(_OUTCOME_INTENT_SQL, params + carried)
-    if rows[0]["code"] == "outcome_not_carried":
+    if rows[0].code == "outcome_not_carried":
         raise invalid(
             "previous_outcome",
             f"Step {previous['index']} is not a write enforced by its tool; send its outcome "
             "with its own call.",
             "Only the outcome of a write step enforced_by tool rides on the next call.",
         )
-    _answer(rows[0], run_id=run_id, index=previous["index"], known={"result": previous["result"]})
-    return _answer(rows[1], run_id=run_id, index=index, known=known)
+    _answer(rows[0], run_id=run_id, known={"result": previous["result"]})
+    return _answer(rows[1], run_id=run_id, known=known)
 
 
 def _outcome_params(outcome: dict[str, Any], *, index: int) -> list[Any]:
@@ -565,7 +571,7 @@ def step_outcome(
     ok, result_text, spent_in, spent_out, spent_cost, payload = _outcome_params(
         {"status": status, "result": result, "usage": usage}, index=index
     )
-    row = _call(
+    (row,) = _rows(
         _OUTCOME_SQL,
         [
             str(run_id),
@@ -582,7 +588,7 @@ def step_outcome(
             payload,
         ],
     )
-    return _answer(row, run_id=run_id, index=index, known={"result": result})
+    return _answer(row, run_id=run_id, known={"result": result})
 
 
 @dataclass(frozen=True)
@@ -606,36 +612,119 @@ def heartbeat(*, run_id: UUID | str, epoch: int) -> HeartbeatAnswer:
     return HeartbeatAnswer(status=status, epoch=current, expires_at=expires_at)
 
 
-class RecoveryNeeded(Exception):
-    """The lease needs the recovery rules (an expired or interrupted holder): runs.services."""
+class AskToolSide(Exception):
+    """The statement needs the tool side's answers about these steps first (its recovery rules
+    do): nothing was changed. `steps`: [{index, name, idempotency_key, enforced_by}]."""
+
+    def __init__(self, steps: list[dict[str, Any]]) -> None:
+        super().__init__(f"ask the tool side about steps {[s['index'] for s in steps]}")
+        self.steps = steps
 
 
-def lease(*, run_id: UUID | str, worker: str, ttl_seconds: int, actor: str) -> Run:
-    """Grant a lease that needs no recovery, in one statement; the run as it is now."""
-    now = clock.now()
-    runs = list(
-        Run.objects.raw(
-            "SELECT l.code AS kernel_code, l.details AS kernel_details, (l.run).* "
-            "FROM ledger_lease(%s, %s, %s, %s, %s, %s, %s) l",
-            [str(run_id), worker, _text(worker), ttl_seconds, now, actor, event_prefix(actor, now)],
-        )
+@dataclass(frozen=True)
+class RunAnswer:
+    """A run-level call's answer: the run as the statement left it (a refusal that changed
+    state included) and the code and details of a refusal, or of the success."""
+
+    run: Run
+    code: str | None
+    details: dict[str, Any]
+
+
+def _run_call(function: str, params: list[Any]) -> RunAnswer:
+    """One run-level kernel statement (`function` answers code, details and the run row)."""
+    placeholders = ", ".join(["%s"] * len(params))
+    (run,) = Run.objects.raw(
+        "SELECT k.code AS kernel_code, k.details AS kernel_details, (k.run).* "  # noqa: S608
+        f"FROM {function}({placeholders}) k",
+        params,
     )
-    run = runs[0]
     code = run.kernel_code  # type: ignore[attr-defined]
-    if code == "recover":
-        raise RecoveryNeeded
-    if code is not None:
-        raise refusal(code, _json(run.kernel_details), run_id=run_id)  # type: ignore[attr-defined]
-    return run
+    details = _json(run.kernel_details)  # type: ignore[attr-defined]
+    if code == "ask":
+        raise AskToolSide(list(details))
+    return RunAnswer(run=run, code=code, details=dict(details or {}))
+
+
+def lease(
+    *,
+    run_id: UUID | str,
+    worker: str,
+    ttl_seconds: int,
+    actor: str,
+    answers: dict[str, Any],
+    lookup_tools: list[str],
+) -> tuple[Run, bool]:
+    """`ledger_lease`: the grant, after the recovery rules when the holder was lost; the run as
+    it is now and whether it was a recovery. `answers`: what the tool side said about the
+    steps a previous call asked about (AskToolSide)."""
+    now = clock.now()
+    answer = _run_call(
+        "ledger_lease",
+        [
+            str(run_id),
+            worker,
+            _text(worker),
+            ttl_seconds,
+            now,
+            actor,
+            event_prefix(actor, now),
+            json.dumps(answers),
+            lookup_tools,
+        ],
+    )
+    if answer.code is not None:
+        raise refusal(answer.code, answer.details, run_id=run_id)
+    return answer.run, bool(answer.details["recovered"])
+
+
+def lease_expire(
+    *, run_id: UUID | str, actor: str, answers: dict[str, Any], lookup_tools: list[str]
+) -> Run | None:
+    """`ledger_lease_expire`, the reaper's: the run interrupted (or sent to review) after its
+    lease expired, or None when it had not (or another transaction holds it)."""
+    now = clock.now()
+    answer = _run_call(
+        "ledger_lease_expire",
+        [str(run_id), now, actor, event_prefix(actor, now), json.dumps(answers), lookup_tools],
+    )
+    return None if answer.code == "not_expired" else answer.run
+
+
+def run_finish(*, run_id: UUID | str, epoch: int, to: str, value: Any, actor: str) -> Run:
+    """`ledger_run_finish`: complete (`to` completed, `value` the output) or fail (failed, the
+    error) a running run; a write still open sends it to review instead (409 needs_review,
+    kept)."""
+    now = clock.now()
+    answer = _run_call(
+        "ledger_run_finish",
+        [str(run_id), epoch, to, _text(value), now, actor, event_prefix(actor, now)],
+    )
+    if answer.code == "needs_review" and "steps" in answer.details:  # this call sent it there
+        steps = answer.details["steps"]
+        raise ApplicationError(
+            "needs_review",
+            f"The run was not {to}: its write step(s) {steps} are still open and may "
+            "have happened; a supervisor reviews them.",
+            details=answer.details,
+        )
+    if answer.code == "not_running":
+        raise ApplicationError(
+            "stale_epoch", "The run is not running under this lease.", details=answer.details
+        )
+    if answer.code is not None:
+        raise refusal(answer.code, answer.details, run_id=run_id)
+    return answer.run
 
 
 __all__ = [
+    "AskToolSide",
     "BudgetStopped",
     "EventType",
     "ExceededLimit",
     "HeartbeatAnswer",
     "InvalidTransition",
-    "RecoveryNeeded",
+    "RunAnswer",
     "StepAnswer",
     "Transition",
     "event_append",
@@ -643,10 +732,11 @@ __all__ = [
     "exceeded_limit",
     "heartbeat",
     "lease",
+    "lease_expire",
     "refusal",
     "run_budget_stop",
+    "run_finish",
     "run_move",
-    "status_refusal",
     "step_intent",
     "step_move",
     "step_outcome",

@@ -99,9 +99,9 @@ class Listener:
             row = await cursor.fetchone()
         if row is None:
             return None
-        run = Run(**row)
-        run._state.adding = False
-        return run
+        # a row from the database, as a queryset makes one (its own connection parses jsonb)
+        fields = Run._meta.concrete_fields
+        return Run.from_db("default", [f.attname for f in fields], [row[f.column] for f in fields])
 
     @property
     def alive(self) -> bool:

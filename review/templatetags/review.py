@@ -6,6 +6,7 @@ from decimal import Decimal
 from typing import Any
 
 from django import template
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -20,10 +21,11 @@ def waiting_badge() -> str:
     """The nav's count of waiting review items; refreshes itself every 15 s and after actions."""
     count = waiting_count()
     return format_html(
-        '<span id="nav-waiting" class="count{}" hx-get="/queue/count" '
+        '<span id="nav-waiting" class="count{}" hx-get="{}" '
         'hx-trigger="every 15s, queue-changed from:body" hx-swap="outerHTML" '
         'title="Items waiting for review">{}</span>',
         " hot" if count else "",
+        reverse("review:queue_count"),
         count,
     )
 

@@ -3,7 +3,7 @@ refusal told to a person, the POST-then-redirect of a page's action."""
 
 from collections.abc import Callable, Iterable
 from functools import wraps
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import messages
@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
+from django_htmx.middleware import HtmxDetails
 
 from review.audit import audit_record
 from runs.api_errors import ApplicationError
@@ -49,9 +50,16 @@ def refused(request: HttpRequest, codename: str) -> HttpResponse:
     return render(request, "403.html", {}, status=403)
 
 
+class HtmxHttpRequest(HttpRequest):
+    """A request as django-htmx's middleware (installed in settings) leaves it: with `htmx`, the
+    typing django-htmx documents."""
+
+    htmx: HtmxDetails
+
+
 def is_htmx(request: HttpRequest) -> bool:
-    """True for requests htmx made (django-htmx's middleware sets request.htmx)."""
-    return bool(getattr(request, "htmx", False))
+    """True for requests htmx made (`request.htmx`; a missing middleware fails loudly)."""
+    return bool(cast(HtmxHttpRequest, request).htmx)
 
 
 def query_without(request: HttpRequest, name: str) -> str:
@@ -62,11 +70,9 @@ def query_without(request: HttpRequest, name: str) -> str:
 
 
 def stop_polling_if(response: HttpResponse, stop: bool) -> HttpResponse:
+    """`response`, telling htmx to stop polling when `stop` (django-htmx's status for it)."""
     if stop:
-        stopped = HttpResponseStopPolling(response.content)
-        for header, value in response.items():
-            stopped[header] = value
-        return stopped
+        response.status_code = HttpResponseStopPolling.status_code
     return response
 
 

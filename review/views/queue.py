@@ -190,11 +190,10 @@ def _item_response(
         step = _get_step(step.run_id, step.index)
         context = _item_context(request, step, form=form, error=error, ok=ok)
         context["claim_refused"] = claim_refused
+        # a refusal is a 409 that the page swaps in (base.html's htmx responseHandling)
         response = render(
-            request, "review/item.html#decision", context, status=200 if not error else 409
+            request, "review/item.html#decision", context, status=409 if error else 200
         )
-        # htmx swaps 4xx only when configured; answer 200 so the message is shown
-        response.status_code = 200
         # the nav count and an open queue refresh either way (a refusal means someone else acted)
         return trigger_client_event(response, "queue-changed")
     if error:

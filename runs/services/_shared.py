@@ -1,13 +1,12 @@
-"""Private moves that more than one concern makes: the move to review, the resume after it, and
+"""Private moves that more than one concern makes: the resume after a review, and
 the offer of a run to the Celery workers once the transaction commits. (The refusal a run's
-status gives a worker is the kernel's: `kernel.status_refusal`.)
+status gives a worker is the kernel's: `ledger_status_refusal`, in its statements.)
 
 Locks: every helper here runs under the run's row lock, which its caller holds (through
 `kernel.transition` or `lock_objects.run_for_update`); none takes a lock itself.
 """
 
 from datetime import datetime
-from typing import Any
 
 from django.db import transaction
 
@@ -15,28 +14,6 @@ from runs.constants import EventType, RunRunner, RunStatus, StatusReason
 from runs.kernel import event_append, run_move
 from runs.models import Run
 from runs.signals import run_resumable
-
-
-def _needs_review(
-    run: Run,
-    *,
-    reason: str,
-    actor: str,
-    now: datetime,
-    details: dict[str, Any],
-    fence: bool = False,
-) -> None:
-    """`fence`: a lease whose recovery ends here still moves the epoch, so the worker that lost
-    the lease cannot write (or heartbeat) while a person reviews."""
-    run_move(run, RunStatus.NEEDS_REVIEW, reason=reason)
-    run.lease_worker = None
-    run.lease_expires_at = None
-    if fence:
-        run.epoch += 1
-        details = {**details, "epoch": run.epoch}
-    event_append(
-        run, type=EventType.NEEDS_REVIEW, payload={"reason": reason, **details}, actor=actor, at=now
-    )
 
 
 def _offer_on_commit(run: Run, *, reason: str) -> None:

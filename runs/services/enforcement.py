@@ -14,11 +14,10 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from runs import clock, kernel
-from runs.constants import EventType, RunRunner, RunStatus, StatusReason, StepState
-from runs.kernel import event_append, run_move
+from runs.constants import RunRunner, RunStatus, StepState
 from runs.models import Run, Step
-from runs.services._shared import _needs_review, _offer_on_commit
-from runs.services.recovery import _recover_open_intents
+from runs.services._shared import _offer_on_commit
+from runs.services.recovery import lookup_tools, with_tool_side_answers
 from runs.signals import run_resumable
 
 # the statuses a passed deadline stops (a run in review or over budget already waits for a person)
@@ -30,44 +29,19 @@ def _awaits_approval(run_id: UUID | str) -> bool:
 
 
 def run_lease_expire(*, run_id: UUID | str, actor: str = "system:reaper") -> Run | None:
-    """The reaper's work for one run: recovery rules, a new epoch that fences the lost worker."""
-    with transaction.atomic():
-        run = Run.objects.select_for_update(skip_locked=True).filter(pk=run_id).first()
-        now = clock.now()
-        if (
-            run is None
-            or run.status != RunStatus.RUNNING
-            or run.lease_expires_at is None
-            or run.lease_expires_at > now
-        ):
-            return None
-        lost_worker = run.lease_worker
-        unknown = _recover_open_intents(run, actor=actor, now=now)
-        run.epoch += 1
-        event_append(
-            run,
-            type=EventType.LEASE_EXPIRED,
-            payload={"worker": lost_worker, "at_step": run.step_count, "epoch": run.epoch},
-            actor=actor,
-            at=now,
+    """The reaper's work for one run: the kernel's `ledger_lease_expire` (the recovery rules, a
+    new epoch that fences the lost worker, interrupted or needs_review), the tool side asked
+    before it (runs.services.recovery); then the run is offered to the workers again."""
+    tools = lookup_tools()
+    run = with_tool_side_answers(
+        lambda answers: kernel.lease_expire(
+            run_id=run_id, actor=actor, answers=answers, lookup_tools=tools
         )
-        if unknown:
-            _needs_review(
-                run,
-                reason=StatusReason.UNKNOWN_STEP,
-                actor=actor,
-                now=now,
-                details={"steps": [s.index for s in unknown]},
-            )
-        else:
-            run_move(run, RunStatus.INTERRUPTED, reason=StatusReason.LEASE_EXPIRED)
-            run.lease_worker = None
-            run.lease_expires_at = None
-        run.save()
-        if run.status == RunStatus.INTERRUPTED and not _awaits_approval(run.pk):
-            # (a run whose step waits for people is offered again by the decision itself)
-            _offer_on_commit(run, reason="interrupted")
-        return run
+    )
+    if run is not None and run.status == RunStatus.INTERRUPTED and not _awaits_approval(run.pk):
+        # (a run whose step waits for people is offered again by the decision itself)
+        _offer_on_commit(run, reason="interrupted")
+    return run
 
 
 def runs_reap_expired_leases(*, limit: int = 500) -> int:

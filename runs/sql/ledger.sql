@@ -20,44 +20,19 @@
 -- PARTITION BY RANGE (journal_month), made by runs/migrations/0001_initial.py): every lookup of a
 -- step or an event names run_id AND journal_month, so the planner prunes to one partition.
 
--- What every step call answers: a refusal, or the step (and the run's budget columns). A type
--- cannot be replaced in place: changing it means a snapshot that drops the functions using it.
+-- What every step call answers: a refusal (code, details), or the step as the row's own type and
+-- the run (its budget columns are what callers read). Declared once: the step's columns are
+-- runs_step's, so a new column of the table is in the answer without a word here, and
+-- runs.kernel reads it by the model's metadata. A type cannot be replaced in place: changing
+-- it means a migration that drops it (and the functions using it) before the next snapshot.
 DO $type$
 BEGIN
     CREATE TYPE ledger_step_answer AS (
         code text,
         details jsonb,
         created boolean,
-        step_id bigint,
-        state text,
-        arguments jsonb,          -- only when the step was recorded before this call
-        result jsonb,             -- likewise
-        usage_input_tokens bigint,
-        usage_output_tokens bigint,
-        usage_cost_usd numeric,
-        epoch bigint,
-        intent_at timestamptz,
-        outcome_at timestamptz,
-        kind text,
-        name text,
-        effect text,
-        enforced_by text,
-        arguments_hash text,
-        idempotency_key text,
-        resolution_action text,
-        resolution_by text,
-        resolution_note text,
-        resolution_at timestamptz,
-        limit_steps integer,
-        limit_tokens bigint,
-        limit_cost_usd numeric,
-        limit_wall_seconds integer,
-        limit_recoveries integer,
-        used_steps integer,
-        used_tokens bigint,
-        used_cost_usd numeric,
-        used_recoveries integer,
-        deadline timestamptz
+        step runs_step,           -- its arguments and result only when recorded before this call
+        run runs_run
     );
 EXCEPTION WHEN duplicate_object THEN NULL;
 END
@@ -75,6 +50,20 @@ $$;
 CREATE OR REPLACE FUNCTION ledger_money(value numeric) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
     SELECT to_char(value, 'FM999999999999990.000000')
+$$;
+
+-- A worker token's liveness, checked on every worker call in that call's own round trip and
+-- implicit transaction: runs.authentication.token_live sends it after the call's first statement
+-- in one simple query, so a revoked (or deleted) token raises SQLSTATE LT401 (the class LT is
+-- ours: PostgreSQL uses none by that name) and the statement before it rolls back with it.
+CREATE OR REPLACE FUNCTION ledger_token_live(p_token_hash text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM 1 FROM runs_workertoken WHERE token_hash = p_token_hash AND revoked_at IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the worker token was revoked' USING ERRCODE = 'LT401';
+    END IF;
+END
 $$;
 
 -- BEGIN generated from the transition tables in runs/constants.py
@@ -306,24 +295,14 @@ CREATE OR REPLACE FUNCTION ledger_answer_fill(
 )
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    a.step_id := s.id; a.state := s.state; a.usage_input_tokens := s.usage_input_tokens;
-    a.usage_output_tokens := s.usage_output_tokens; a.usage_cost_usd := s.usage_cost_usd;
-    a.epoch := s.epoch; a.intent_at := s.intent_at; a.outcome_at := s.outcome_at;
-    a.kind := s.kind; a.name := s.name; a.effect := s.effect; a.enforced_by := s.enforced_by;
-    a.arguments_hash := s.arguments_hash; a.idempotency_key := s.idempotency_key;
-    a.resolution_action := s.resolution_action; a.resolution_by := s.resolution_by;
-    a.resolution_note := s.resolution_note; a.resolution_at := s.resolution_at;
-    IF p_arguments THEN
-        a.arguments := s.arguments;
+    -- what the caller sent is not sent back (a 10 KB result would cross the wire twice)
+    IF NOT p_arguments THEN
+        s.arguments := NULL;
     END IF;
-    IF p_result THEN
-        a.result := s.result;
+    IF NOT p_result THEN
+        s.result := NULL;
     END IF;
-    a.limit_steps := r.limit_steps; a.limit_tokens := r.limit_tokens;
-    a.limit_cost_usd := r.limit_cost_usd; a.limit_wall_seconds := r.limit_wall_seconds;
-    a.limit_recoveries := r.limit_recoveries; a.used_steps := r.used_steps;
-    a.used_tokens := r.used_tokens; a.used_cost_usd := r.used_cost_usd;
-    a.used_recoveries := r.used_recoveries; a.deadline := r.deadline;
+    a.step := s; a.run := r;
 END
 $$;
 
@@ -443,11 +422,313 @@ BEGIN
 END
 $$;
 
--- POST /runs/{id}/lease when no recovery is needed (a new run, the holder renewing, a run
--- resumed after review). Anything that needs the recovery rules answers code 'recover' and
--- changes nothing: runs.services.run_lease_acquire applies them.
+-- === Recovery, the lease, the reaper, complete and fail ====================================
+--
+-- The recovery rules (docs/api.md) are applied here, and only here: by a lease after a lost
+-- holder (ledger_lease) and by the reaper (ledger_lease_expire). What they need from the tool
+-- side (a ledger-enforced key's state, a tool's own lookup) is asked by Python BEFORE the
+-- statement, never under the run's lock: the statement names the steps it needs an answer for
+-- (code 'ask', nothing changed), runs.services.recovery asks, and the statement is sent again
+-- with the answers (p_answers, by step index):
+--   {"<index>": {"key_state": {"state": absent|in_progress|completed|failed, "stale": bool,
+--                              "response": <json>, "result_hash": <sha256 of its canonical JSON>}}}
+--   {"<index>": {"lookup": {"source": …, "answer": completed|absent|no_answer, "detail": …}}}
+-- p_lookup_tools names the tools that declare a lookup (LEDGER_TOOL_LOOKUPS): only their steps
+-- are asked about, so a recovery with none costs one statement.
+
+-- a JSON string (or null) as canonical JSON writes it (the escapes Python's json.dumps makes)
+CREATE OR REPLACE FUNCTION ledger_json(value text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT COALESCE(to_json(value)::text, 'null')
+$$;
+
+-- Everything the kernel's run-level moves change (status, lease, epoch, counters, output),
+-- saved at once; the caller holds the run's row lock.
+CREATE OR REPLACE FUNCTION ledger_run_save(r runs_run) RETURNS runs_run
+LANGUAGE sql AS $$
+    UPDATE runs_run SET status = r.status, status_reason = r.status_reason, epoch = r.epoch,
+        lease_worker = r.lease_worker, lease_expires_at = r.lease_expires_at,
+        lease_ttl_seconds = r.lease_ttl_seconds, leases_granted = r.leases_granted,
+        used_recoveries = r.used_recoveries, output = r.output, error = r.error,
+        finished_at = r.finished_at, step_count = r.step_count, used_steps = r.used_steps,
+        used_tokens = r.used_tokens, used_cost_usd = r.used_cost_usd, event_seq = r.event_seq,
+        event_head = r.event_head, updated_at = now()
+    WHERE id = r.id
+    RETURNING *
+$$;
+
+-- The run waits for a person (status needs_review, no lease), with its needs_review event.
+-- p_fence: the epoch moves on first (a lease whose recovery ends here), so the worker that lost
+-- the lease can neither write nor heartbeat during the review; p_payload is the event's
+-- canonical payload, the new epoch in it when fenced.
+CREATE OR REPLACE FUNCTION ledger_needs_review(
+    r runs_run, p_reason text, p_fence boolean, p_payload text,
+    p_now timestamptz, p_prefix text, p_actor text
+) RETURNS runs_run
+LANGUAGE plpgsql AS $$
+BEGIN
+    r.status := 'needs_review'; r.status_reason := p_reason;
+    r.lease_worker := NULL; r.lease_expires_at := NULL;
+    IF p_fence THEN
+        r.epoch := r.epoch + 1;
+    END IF;
+    r.event_seq := r.event_seq + 1;
+    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+        'needs_review', p_payload, p_prefix, p_actor, p_now);
+    RETURN r;
+END
+$$;
+
+-- The steps still `intent` whose recovery needs an answer p_answers does not hold: each
+-- ledger-enforced write that may have run, and each write of a tool with a lookup. NULL: none.
+CREATE OR REPLACE FUNCTION ledger_recovery_questions(r runs_run, p_answers jsonb, p_lookup_tools text[])
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_agg(jsonb_build_object('index', s."index", 'name', s.name,
+            'idempotency_key', s.idempotency_key, 'enforced_by', s.enforced_by) ORDER BY s."index")
+    FROM runs_step s
+    WHERE s.run_id = r.id AND s.journal_month = r.journal_month AND s.state = 'intent'
+      AND s.effect = 'write' AND s.executions > 0
+      AND CASE WHEN s.enforced_by = 'ledger'
+               THEN NOT COALESCE(p_answers -> (s."index"::text) ? 'key_state', false)
+               ELSE s.name = ANY(p_lookup_tools)
+                    AND NOT COALESCE(p_answers -> (s."index"::text) ? 'lookup', false)
+          END
+$$;
+
+-- The recovery rules for every intent without an outcome, in index order, each step's move with
+-- its event; `unknown` the steps a person must decide. The caller has checked that p_answers
+-- answers every question (ledger_recovery_questions) and holds the run's row lock.
+CREATE OR REPLACE FUNCTION ledger_recover_open_intents(
+    r runs_run, p_answers jsonb, p_now timestamptz, p_prefix text, p_actor text,
+    OUT run runs_run, OUT unknown integer[]
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    s runs_step;
+    answer jsonb;
+    lookup jsonb;
+    key_state jsonb;
+    settled text;       -- the key state the payload records
+    why text;
+    result_hash text;
+    event_type text;
+BEGIN
+    unknown := '{}';
+    FOR s IN SELECT * FROM runs_step
+             WHERE run_id = r.id AND journal_month = r.journal_month AND state = 'intent'
+             ORDER BY "index" FOR UPDATE
+    LOOP
+        answer := p_answers -> (s."index"::text);
+        lookup := CASE WHEN s.executions > 0 AND s.effect = 'write'
+                            AND s.enforced_by IN ('tool', 'nobody')
+                            AND jsonb_typeof(answer -> 'lookup') = 'object'
+                       THEN answer -> 'lookup' END;
+        key_state := CASE WHEN s.enforced_by = 'ledger' THEN answer -> 'key_state' END;
+        settled := NULL; why := NULL; result_hash := NULL;
+        IF s.executions = 0 THEN
+            -- approved while no worker waited for it: never handed out, so it never ran
+            s.state := 'interrupted'; why := 'approved; no worker had taken it yet';
+        ELSIF lookup IS NOT NULL THEN
+            -- the tool said whether the key took effect: its answer settles the step and stays
+            -- in the chain as evidence; "no answer" changes nothing
+            IF lookup ->> 'answer' = 'completed' THEN
+                s.state := 'done'; s.result := '{"settled_by_lookup":"completed"}';
+                s.outcome_at := p_now; settled := 'completed';
+            ELSIF lookup ->> 'answer' = 'absent' OR s.enforced_by = 'tool' THEN
+                -- absent: it never ran; the tool's own key makes a re-execution safe anyway
+                s.state := 'interrupted';
+            ELSE
+                s.state := 'unknown';
+                why := 'the tool cannot tell whether it ran (enforced_by: nobody) and its lookup gave no answer';
+            END IF;
+        ELSIF s.effect = 'read' OR s.enforced_by = 'tool' THEN
+            s.state := 'interrupted';
+        ELSIF s.enforced_by = 'nobody' THEN
+            s.state := 'unknown'; why := 'the tool cannot tell whether it ran (enforced_by: nobody)';
+        ELSE
+            settled := key_state ->> 'state';
+            IF settled IN ('completed', 'failed') THEN
+                s.state := CASE settled WHEN 'completed' THEN 'done' ELSE 'error' END;
+                s.result := key_state -> 'response'; s.outcome_at := p_now;
+            ELSIF settled = 'absent' OR NOT (key_state ->> 'stale')::boolean THEN
+                -- absent: it never ran; fresh in_progress: a re-execution with the same key waits
+                -- on the tool side's lock instead of running twice
+                s.state := 'interrupted';
+            ELSE
+                s.state := 'unknown';
+                why := 'the key is in progress with a stale lock: it may have been sent';
+            END IF;
+        END IF;
+        event_type := CASE WHEN s.state IN ('done', 'error') THEN 'reconciled'
+                           WHEN s.state = 'unknown' THEN 'step_unknown'
+                           ELSE 'step_interrupted' END;
+        IF event_type = 'reconciled' THEN  -- binds the copied result
+            result_hash := CASE WHEN lookup IS NOT NULL
+                THEN encode(sha256(convert_to('{"settled_by_lookup":"completed"}', 'UTF8')), 'hex')
+                ELSE key_state ->> 'result_hash' END;
+        END IF;
+        UPDATE runs_step SET state = s.state, result = s.result, outcome_at = s.outcome_at
+        WHERE id = s.id AND run_id = r.id AND journal_month = r.journal_month;
+        r.event_seq := r.event_seq + 1;
+        r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+            event_type,
+            '{"idempotency_key":' || ledger_json(s.idempotency_key) || ',"index":' || s."index"
+            || CASE WHEN settled IS NOT NULL THEN ',"key_state":' || ledger_json(settled) ELSE '' END
+            || CASE WHEN lookup IS NOT NULL
+                    THEN ',"lookup":{"answer":' || ledger_json(lookup ->> 'answer')
+                         || ',"detail":' || ledger_json(lookup ->> 'detail')
+                         || ',"source":' || ledger_json(lookup ->> 'source') || '}'
+                    ELSE '' END
+            || ',"name":' || ledger_json(s.name)
+            || COALESCE(',"result_hash":"' || result_hash || '"', '')
+            || CASE WHEN why IS NOT NULL THEN ',"why":' || ledger_json(why) ELSE '' END || '}',
+            p_prefix, p_actor, p_now);
+        IF s.state = 'unknown' THEN
+            unknown := unknown || s."index";
+        END IF;
+    END LOOP;
+    run := r;
+END
+$$;
+
+-- POST /runs/{id}/lease: the grant, fencing every earlier holder with a new epoch. A lease
+-- after an expired or interrupted holder (or a restart of the holder) applies the recovery rules
+-- first and counts one recovery; a recovery that ends in review (an unknown step, the recovery
+-- budget spent) or over budget is kept, with its new epoch, and refused. Code 'ask': the tool
+-- side must be asked first (details: the steps), nothing changed.
 CREATE OR REPLACE FUNCTION ledger_lease(
     p_run uuid, p_worker text, p_worker_json text, p_ttl integer,
+    p_now timestamptz, p_actor text, p_prefix text, p_answers jsonb, p_lookup_tools text[],
+    OUT code text, OUT details jsonb, OUT run runs_run
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    locked record;
+    recovered record;
+    r runs_run;
+    limit_payload text;
+    recovering boolean;
+    previous text;
+BEGIN
+    locked := ledger_run_locked(p_run, NULL, true);
+    IF locked.code IS NOT NULL THEN
+        code := locked.code; details := locked.details; RETURN;
+    END IF;
+    r := locked.run;
+    IF r.status = 'running' AND r.lease_worker IS NOT NULL AND r.lease_worker <> p_worker
+       AND r.lease_expires_at IS NOT NULL AND r.lease_expires_at > p_now THEN
+        code := 'lease_held';
+        details := jsonb_build_object('worker', r.lease_worker, 'expires_at', ledger_iso(r.lease_expires_at));
+        RETURN;
+    END IF;
+    recovering := r.status = 'interrupted' OR (r.status = 'running' AND r.lease_worker IS NOT NULL);
+    IF recovering THEN
+        details := ledger_recovery_questions(r, p_answers, p_lookup_tools);
+        IF details IS NOT NULL THEN
+            code := 'ask'; RETURN;
+        END IF;
+        recovered := ledger_recover_open_intents(r, p_answers, p_now, p_prefix, p_actor);
+        r := recovered.run;
+        IF cardinality(recovered.unknown) > 0 THEN
+            r := ledger_needs_review(r, 'unknown_step', true,
+                '{"epoch":' || (r.epoch + 1) || ',"reason":"unknown_step","steps":'
+                || to_json(recovered.unknown)::text || '}', p_now, p_prefix, p_actor);
+            run := ledger_run_save(r);
+            code := 'needs_review'; details := jsonb_build_object('reason', r.status_reason);
+            RETURN;
+        END IF;
+        r.used_recoveries := r.used_recoveries + 1;
+        IF r.used_recoveries > r.limit_recoveries THEN
+            r := ledger_needs_review(r, 'recoveries', true,
+                '{"epoch":' || (r.epoch + 1) || ',"limit":"recoveries","limit_value":'
+                || r.limit_recoveries || ',"reason":"recoveries","used":' || r.used_recoveries || '}',
+                p_now, p_prefix, p_actor);
+            run := ledger_run_save(r);
+            code := 'needs_review';
+            details := jsonb_build_object('limit', 'recoveries', 'limit_value', r.limit_recoveries,
+                'used', r.used_recoveries);
+            RETURN;
+        END IF;
+    END IF;
+    limit_payload := ledger_exceeded_limit(r, p_now, false);
+    IF limit_payload IS NOT NULL THEN
+        r := ledger_run_budget_stop(r, limit_payload, p_now, p_prefix, p_actor);
+        run := ledger_run_save(r);
+        code := 'budget_exceeded'; details := limit_payload::jsonb;
+        RETURN;
+    END IF;
+    previous := r.lease_worker;
+    r.status := 'running'; r.status_reason := '';
+    r.epoch := r.epoch + 1; r.leases_granted := r.leases_granted + 1;
+    r.lease_worker := p_worker; r.lease_expires_at := p_now + make_interval(secs => p_ttl);
+    r.lease_ttl_seconds := p_ttl;
+    r.event_seq := r.event_seq + 1;
+    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head, 'lease_acquired',
+        '{"epoch":' || r.epoch || ',"expires_at":"' || ledger_iso(r.lease_expires_at)
+        || '","previous_worker":' || ledger_json(previous)
+        || ',"recovery":' || recovering || ',"replayable_steps":' || r.step_count
+        || ',"worker":' || p_worker_json || '}',
+        p_prefix, p_actor, p_now);
+    run := ledger_run_save(r);
+    details := jsonb_build_object('recovered', recovering);
+END
+$$;
+
+-- The reaper's work for one run whose lease expired: the recovery rules, a new epoch that
+-- fences the lost worker, then interrupted (offered again) or needs_review. A run another
+-- transaction holds is skipped (SKIP LOCKED: the next sweep takes it). Code 'not_expired':
+-- nothing to do; 'ask': as ledger_lease.
+CREATE OR REPLACE FUNCTION ledger_lease_expire(
+    p_run uuid, p_now timestamptz, p_actor text, p_prefix text, p_answers jsonb,
+    p_lookup_tools text[],
+    OUT code text, OUT details jsonb, OUT run runs_run
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    recovered record;
+    r runs_run;
+    lost text;
+BEGIN
+    SELECT * INTO r FROM runs_run WHERE id = p_run FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND OR r.status <> 'running' OR r.lease_expires_at IS NULL
+       OR r.lease_expires_at > p_now THEN
+        code := 'not_expired'; RETURN;
+    END IF;
+    details := ledger_recovery_questions(r, p_answers, p_lookup_tools);
+    IF details IS NOT NULL THEN
+        code := 'ask'; RETURN;
+    END IF;
+    lost := r.lease_worker;
+    recovered := ledger_recover_open_intents(r, p_answers, p_now, p_prefix, p_actor);
+    r := recovered.run;
+    r.epoch := r.epoch + 1;
+    r.event_seq := r.event_seq + 1;
+    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+        'lease_expired',
+        '{"at_step":' || r.step_count || ',"epoch":' || r.epoch || ',"worker":' || ledger_json(lost) || '}',
+        p_prefix, p_actor, p_now);
+    IF cardinality(recovered.unknown) > 0 THEN
+        r := ledger_needs_review(r, 'unknown_step', false,
+            '{"reason":"unknown_step","steps":' || to_json(recovered.unknown)::text || '}',
+            p_now, p_prefix, p_actor);
+    ELSE
+        r.status := 'interrupted'; r.status_reason := 'lease_expired';
+        r.lease_worker := NULL; r.lease_expires_at := NULL;
+    END IF;
+    run := ledger_run_save(r);
+END
+$$;
+
+-- POST /runs/{id}/complete and /fail (p_to 'completed' or 'failed', p_value the output or the
+-- error as canonical JSON): the same again answers the run as it is. A step still `intent` is
+-- accounted for first: a write that may have run (its tool may be running right now) becomes
+-- `unknown` and the run goes to review instead (code 'needs_review', kept; not fenced, so the
+-- same worker asking again hears needs_review, not stale_epoch); a read, or a write approved but
+-- never handed out, never had an effect: `interrupted`. Code 'not_running': a run that is not
+-- running under this lease (pending, interrupted).
+CREATE OR REPLACE FUNCTION ledger_run_finish(
+    p_run uuid, p_epoch bigint, p_to text, p_value text,
     p_now timestamptz, p_actor text, p_prefix text,
     OUT code text, OUT details jsonb, OUT run runs_run
 )
@@ -455,45 +736,73 @@ LANGUAGE plpgsql AS $$
 DECLARE
     locked record;
     r runs_run;
-    limit_payload text;
-    lease_live boolean;
-    expires_at timestamptz;
+    s runs_step;
+    verb text := CASE p_to WHEN 'completed' THEN 'complete' ELSE 'fail' END;
+    field text := CASE p_to WHEN 'completed' THEN 'output' ELSE 'error' END;
+    why text;
+    unknown integer[] := '{}';
 BEGIN
-    locked := ledger_run_locked(p_run, NULL, true);
+    locked := ledger_run_locked(p_run, p_epoch, false);
     IF locked.code IS NOT NULL THEN
         code := locked.code; details := locked.details; RETURN;
     END IF;
     r := locked.run;
-    lease_live := r.lease_expires_at IS NOT NULL AND r.lease_expires_at > p_now;
-    IF r.status = 'running' AND r.lease_worker IS NOT NULL AND r.lease_worker <> p_worker AND lease_live THEN
-        code := 'lease_held';
-        details := jsonb_build_object('worker', r.lease_worker, 'expires_at', ledger_iso(r.lease_expires_at));
+    IF r.status = p_to AND (CASE p_to WHEN 'completed' THEN r.output ELSE r.error END)
+                           IS NOT DISTINCT FROM NULLIF(p_value::jsonb, 'null') THEN
+        run := r; RETURN;
+    END IF;
+    IF r.status <> 'running' THEN
+        SELECT f.code, f.details INTO code, details FROM ledger_status_refusal(r) f;
+        IF code IS NULL THEN
+            code := 'not_running'; details := jsonb_build_object('status', r.status);
+        END IF;
         RETURN;
     END IF;
-    IF r.status = 'interrupted' OR (r.status = 'running' AND r.lease_worker IS NOT NULL) THEN
-        code := 'recover'; RETURN;
-    END IF;
-    limit_payload := ledger_exceeded_limit(r, p_now, false);
-    IF limit_payload IS NOT NULL THEN
-        r := ledger_run_budget_stop(r, limit_payload, p_now, p_prefix, p_actor);
-        PERFORM ledger_run_counters_save(r);
-        code := 'budget_exceeded'; details := limit_payload::jsonb;
+    FOR s IN SELECT * FROM runs_step
+             WHERE run_id = r.id AND journal_month = r.journal_month AND state = 'intent'
+             ORDER BY "index" FOR UPDATE
+    LOOP
+        IF s.effect = 'write' AND s.executions > 0 THEN
+            s.state := 'unknown'; unknown := unknown || s."index";
+            why := 'the worker asked to ' || verb || ' the run with this write still open: it may have been sent';
+        ELSE
+            s.state := 'interrupted';
+            why := 'still open when the worker asked to ' || verb || ' the run';
+        END IF;
+        UPDATE runs_step SET state = s.state
+        WHERE id = s.id AND run_id = r.id AND journal_month = r.journal_month;
+        r.event_seq := r.event_seq + 1;
+        r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+            CASE s.state WHEN 'unknown' THEN 'step_unknown' ELSE 'step_interrupted' END,
+            '{"idempotency_key":' || ledger_json(s.idempotency_key) || ',"index":' || s."index"
+            || ',"name":' || ledger_json(s.name) || ',"why":' || ledger_json(why) || '}',
+            p_prefix, p_actor, p_now);
+    END LOOP;
+    IF cardinality(unknown) > 0 THEN
+        -- the payload's keys in canonical order: error < finish < output < reason < steps
+        r := ledger_needs_review(r, 'unknown_step', false,
+            '{' || CASE field WHEN 'error' THEN '"error":' || p_value || ',' ELSE '' END
+            || '"finish":"' || verb || '",'
+            || CASE field WHEN 'output' THEN '"output":' || p_value || ',' ELSE '' END
+            || '"reason":"unknown_step","steps":' || to_json(unknown)::text || '}',
+            p_now, p_prefix, p_actor);
+        run := ledger_run_save(r);
+        code := 'needs_review';
+        details := jsonb_build_object('reason', r.status_reason, 'steps', to_jsonb(unknown));
         RETURN;
     END IF;
-    r.epoch := r.epoch + 1;
+    IF field = 'output' THEN  -- a JSON null is stored as SQL NULL, as Django stores None
+        r.output := NULLIF(p_value::jsonb, 'null');
+    ELSE
+        r.error := NULLIF(p_value::jsonb, 'null');
+    END IF;
+    r.status := p_to; r.status_reason := ''; r.finished_at := p_now;
+    r.lease_worker := NULL; r.lease_expires_at := NULL;
     r.event_seq := r.event_seq + 1;
-    expires_at := p_now + make_interval(secs => p_ttl);
-    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head, 'lease_acquired',
-        '{"epoch":' || r.epoch || ',"expires_at":"' || ledger_iso(expires_at)
-        || '","previous_worker":' || COALESCE(to_json(r.lease_worker)::text, 'null')
-        || ',"recovery":false,"replayable_steps":' || r.step_count || ',"worker":' || p_worker_json || '}',
-        p_prefix, p_actor, p_now);
-    UPDATE runs_run SET status = 'running', status_reason = '', epoch = r.epoch,
-        leases_granted = r.leases_granted + 1, lease_worker = p_worker,
-        lease_expires_at = expires_at, lease_ttl_seconds = p_ttl,
-        event_seq = r.event_seq, event_head = r.event_head, updated_at = now()
-    WHERE id = p_run
-    RETURNING * INTO run;
+    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+        CASE p_to WHEN 'completed' THEN 'run_completed' ELSE 'run_failed' END,
+        '{"' || field || '":' || p_value || '}', p_prefix, p_actor, p_now);
+    run := ledger_run_save(r);
 END
 $$;
 
@@ -715,7 +1024,7 @@ BEGIN
     VALUES (s.run_id, r.journal_month, s."index", s.kind, s.name, s.effect, s.enforced_by, s.arguments,
         s.arguments_hash, s.idempotency_key, s.state, s.result, s.usage_input_tokens,
         s.usage_output_tokens, s.usage_cost_usd, s.epoch, s.intent_at, s.outcome_at, s.executions)
-    RETURNING id INTO s.id;
+    RETURNING * INTO s;  -- the row as stored (its id, and any column's database default)
     IF s.state = 'awaiting_approval' THEN
         r := ledger_approval_request(r, s, rule, p_now, p_prefix, p_actor);
     END IF;

@@ -105,3 +105,17 @@ def test_admins_keep_approval_rules_audited_and_bad_input_is_a_form_error() -> N
     assert refused.status_code == 400
     assert "at least 60 seconds" in refused.content.decode(), refused.context["form"].errors
     assert _client(SUPERVISORS, "sam").get("/approval-rules/").status_code == 403
+
+
+def test_a_refused_decision_over_htmx_is_a_409_that_the_page_swaps_in() -> None:
+    waiting = run_awaiting_approval(approvals=2)
+    sam = _client(SUPERVISORS, "sam")
+    sam.post(f"/queue/{waiting.run_id}/1/approve", {})
+
+    again = sam.post(f"/queue/{waiting.run_id}/1/approve", {}, HTTP_HX_REQUEST="true")
+
+    assert again.status_code == 409  # a conflict says so, to htmx as to anyone
+    assert "You approved this step at" in again.content.decode()
+    assert "queue-changed" in again["HX-Trigger"]
+    page = sam.get(f"/queue/{waiting.run_id}/1/").content.decode()
+    assert '{"code": "409", "swap": true, "error": false}' in page  # the page swaps it in

@@ -53,7 +53,7 @@ def test_each_hot_call_is_one_statement(transactional_db: Any, api: APIClient) -
     # with the token's liveness check in the same query (one round trip, one transaction)
     hot = (lease_sql, intent_sql, outcome_sql, read_sql, beat_sql, replay_sql)
     assert [len(s) for s in hot] == [1] * 6
-    assert all("FROM runs_workertoken WHERE token_hash" in s[0] for s in hot)
+    assert all("SELECT ledger_token_live(" in s[0] for s in hot)
     assert "ledger_lease" in lease_sql[0]
     assert "ledger_step_intent" in intent_sql[0] and "ledger_step_intent" in read_sql[0]
     assert "ledger_step_outcome" in outcome_sql[0]
@@ -190,7 +190,7 @@ def test_after_a_django_request_the_wsgi_door_sends_no_health_check_before_its_s
 
     assert answered == ["200 OK"]
     assert json.loads(b"".join(chunks))["epoch"] == 1
-    assert len(sql) == 1 and "ledger_lease" in sql[0] and "runs_workertoken" in sql[0]
+    assert len(sql) == 1 and "ledger_lease" in sql[0] and "ledger_token_live(" in sql[0]
     assert health_checks == []
 
 
@@ -210,7 +210,7 @@ def test_create_and_complete_check_the_token_in_their_first_statement(
     epoch = journal.lease(run_id).json()["epoch"]
     finish = {"epoch": epoch, "output": {"answer": 42}}
     # the token's liveness rides on the call's first statement, and is read nowhere else
-    assert "FROM runs_workertoken WHERE token_hash" in create_sql[0]
+    assert "SELECT ledger_token_live(" in create_sql[0]
     assert not any("runs_workertoken" in s for s in create_sql[1:])
 
     # revoked by another node: this process still remembers who the token is
@@ -229,8 +229,8 @@ def test_create_and_complete_check_the_token_in_their_first_statement(
         lambda: api.post(f"/api/v1/runs/{run_id}/complete", finish)
     )
     assert completed.status_code == 200 and completed.json()["status"] == "completed"
-    first, *rest = [s for s in complete_sql if s != "BEGIN"]  # in the transaction that locks
-    assert "FOR UPDATE" in first and "FROM runs_workertoken WHERE token_hash" in first
+    first, *rest = complete_sql  # the kernel's one statement (it locks the run), the check on it
+    assert "ledger_run_finish(" in first and "SELECT ledger_token_live(" in first
     assert not any("runs_workertoken" in s for s in rest)
     assert run_chain_breaks(Run.objects.get(pk=run_id)) == []
 

@@ -121,3 +121,42 @@ def test_a_tool_without_a_lookup_is_recovered_as_before(
 
     assert Step.objects.get(run_id=run_id, index=0).state == "unknown"
     assert "lookup" not in Event.objects.get(run_id=run_id, type="step_unknown").payload
+
+
+# what the run's row lock looked like from another connection while the tool was being asked
+LOCK_WHILE_ASKED: list[str] = []
+
+
+def lock_probing_lookup(key: str) -> str:
+    """A provider's lookup that, while it is being asked, tries to lock the run's row from a
+    connection of its own (the key begins with the run's id)."""
+    from django.db import DatabaseError, connection, transaction
+
+    try:
+        with transaction.atomic():
+            Run.objects.select_for_update(nowait=True).get(pk=key.split(":")[0])
+        LOCK_WHILE_ASKED.append("free")
+    except DatabaseError:
+        LOCK_WHILE_ASKED.append("held")
+    finally:
+        connection.close()
+    return "absent"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("by", ["reaper", "new lease"])
+def test_the_tool_is_asked_while_nobody_holds_the_runs_lock(
+    api: APIClient, fake_clock: Any, settings: Any, by: str
+) -> None:
+    """A lookup may take seconds: the run's row lock is not held while it is asked, so the
+    run's other callers (a heartbeat, the desk, the reaper) are not queued behind the tool."""
+    settings.LEDGER_TOOL_LOOKUPS = {
+        "email.send": "tests.runs.test_recovery_lookups.lock_probing_lookup"
+    }
+    LOCK_WHILE_ASKED.clear()
+    run_id, _key = _run_killed_while_sending(api, name="email.send", enforced_by="nobody")
+
+    _recover(api, run_id, fake_clock, by)
+
+    assert LOCK_WHILE_ASKED == ["free"]
+    assert Step.objects.get(run_id=run_id, index=0).state == "interrupted"  # absent: sent once

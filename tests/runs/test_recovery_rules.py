@@ -155,3 +155,41 @@ def test_a_reconciled_result_edited_in_the_database_breaks_the_chain(
     assert [b.problem for b in run_chain_breaks(run)] == [
         f"step {step.index} result does not match its events"
     ]
+
+
+asked_about: list[str] = []
+
+
+def key_state_counted(key: str) -> KeyState:
+    asked_about.append(STEP_BY_KEY[key])
+    return KEY_STATES[STEP_BY_KEY[key]]
+
+
+@pytest.mark.parametrize(
+    ("rows", "statements", "asked"),
+    [
+        # nothing the tool side must say: one statement, nobody asked
+        ([r for r in OPEN_INTENTS if r[2] != "ledger"], 1, []),
+        # the kernel names the ledger-enforced writes, they are asked once, the statement again
+        (OPEN_INTENTS, 2, ["ledger.completed", "ledger.failed", "ledger.absent", "ledger.fresh",
+                           "ledger.stale"]),
+    ],
+)  # fmt: skip
+def test_a_recovering_lease_asks_the_tool_side_only_what_the_kernel_names(
+    api: APIClient, fake_clock: Any, settings: Any, rows: Any, statements: int, asked: list[str]
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    settings.LEDGER_KEY_STATE_LOOKUP = "tests.runs.test_recovery_rules.key_state_counted"
+    asked_about.clear()
+    run_id = run_with_open_intents(api, rows)
+    fake_clock.advance(seconds=31)
+
+    with CaptureQueriesContext(connection) as sent:
+        JournalClient(api).lease(run_id, worker="w-9")
+
+    assert sum("ledger_lease(" in q["sql"] for q in sent.captured_queries) == statements
+    assert asked_about == asked
+    states = dict(Step.objects.filter(run_id=run_id).values_list("name", "state"))
+    assert states == {name: expected for name, _, _, expected in rows}

@@ -5,7 +5,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0004_trace_context"),
+        ("runs", "0009_kernel_snapshot"),
     ]
 
     operations = [
