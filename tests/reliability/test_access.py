@@ -147,6 +147,7 @@ def _dashboard_urls(run_id: str) -> list[str]:
         "tool_id": "1",
         "pk": "1",
         "webhook_id": "1",
+        "incident_id": "1",
         "user_id": "1",
     }
     urls = []
