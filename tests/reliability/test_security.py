@@ -1,6 +1,7 @@
 """Deployment hardening: check --deploy, security headers, CSP without inline scripts, cookies,
 and brute-force login throttling."""
 
+import base64
 import os
 import re
 import secrets
@@ -24,6 +25,10 @@ PRODUCTION_ENV = {
     "SECURE_HSTS_INCLUDE_SUBDOMAINS": "1",
     "SECURE_HSTS_PRELOAD": "1",
     "SECURE_PROXY_SSL_HEADER": "1",
+    # what a deployment names for itself (config/deployment.py warns of each one missing)
+    "AUDIT_SIGNING_KEY": base64.b64encode(os.urandom(32)).decode(),
+    "EMAIL_HOST": "mail.example.com",
+    "LEDGER_DASHBOARD_URL": "https://ledger.example.com",
 }
 
 
