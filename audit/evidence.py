@@ -46,6 +46,7 @@ from audit.models import Incident, IncidentRun, RetentionPolicy
 from audit.retention import retention_floor_days
 from audit.signing import public_key_text, sign, signing_key_id, signing_public_key
 from review.models import AuditEntry
+from review.services.policies import POLICY_FIELDS
 from runs import clock
 from runs.models import ApprovalRule, BudgetPolicy, Run
 
@@ -409,17 +410,7 @@ def _policies(pack: _Pack, scope: PackScope) -> None:
     body = {
         "budget_policies_now": list(
             BudgetPolicy.objects.order_by("pk").values(
-                "id",
-                "name",
-                "agent",
-                "is_default",
-                "max_steps",
-                "max_tokens",
-                "max_wall_seconds",
-                "max_cost_usd",
-                "max_recoveries",
-                "created_at",
-                "updated_at",
+                "id", *POLICY_FIELDS, "created_at", "updated_at"
             )
         ),
         "approval_rules_now": [
