@@ -92,6 +92,7 @@ INSTALLED_APPS = [
     "sso",  # sign-in through the company's identity provider (OpenID Connect), the people page
     "demo",  # scripts/demo's management commands (demo_seed, demo_story); no models
     "traces",  # the journal as OpenTelemetry traces (docs/traces.md)
+    "teams",  # who owns each row; row-level security keyed on the transaction's teams
     "config.apps.DeploymentConfig",  # settings a deployment left out, named at start (no models)
 ]
 

@@ -1,0 +1,63 @@
+"""A team owns runs, tokens, policies and the people who supervise, administer and audit them."""
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+
+DEFAULT_TEAM_SLUG = "default"
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,49}$"
+
+
+class Team(models.Model):
+    """One workspace; `default` holds everything that existed before teams."""
+
+    slug = models.CharField(
+        max_length=50,
+        unique=True,
+        validators=[RegexValidator(SLUG_PATTERN, "lower-case letters, digits and hyphens")],
+    )
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(slug__regex=SLUG_PATTERN), name="team_slug_format"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Role(models.TextChoices):
+    """A person's role is held per team; each maps to one of the dashboard's groups of
+    permissions (review.roles.GROUP_PERMISSIONS)."""
+
+    SUPERVISOR = "supervisor"
+    ADMIN = "admin"
+    AUDITOR = "auditor"
+
+
+class Membership(models.Model):
+    """A person holds `role` in `team`."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="team_roles"
+    )
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="memberships")
+    role = models.CharField(max_length=20, choices=Role.choices)
+    granted_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team", "role"], name="membership_once"),
+            models.CheckConstraint(
+                condition=models.Q(role__in=[r.value for r in Role]), name="membership_role_known"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}:{self.team_id}:{self.role}"
