@@ -86,7 +86,8 @@ INSTALLED_APPS = [
     "runs",
     "tools",
     "review",
-    "support_agent",
+    "celery_agents",  # the generic Celery runner for agents (the task agents.run_agent)
+    "support_agent",  # the demo's support agent, registered with celery_agents
     "audit",
     "console",
     "sso",  # sign-in through the company's identity provider (OpenID Connect), the people page
