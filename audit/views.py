@@ -53,8 +53,8 @@ from audit.retention import (
 )
 from audit.signing import public_key_text, signing_key_id, signing_public_key
 from audit.verify import OFFLINE_FILES
-from review.audit import AuditEntry, audit_record
-from review.views.common import person
+from dashboard.audit import AuditEntry, audit_record
+from dashboard.views.common import person
 from review.views.runs import run_page_action
 from runs import clock
 from runs.api_errors import ApplicationError

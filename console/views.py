@@ -15,8 +15,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from console import overview as fleet
 from console import services
 from console.forms import BulkForm, CancelForm, ForkForm
+from dashboard.views.common import form_errors, person, query_without, require_perm, tell
 from review.forms import RunFilterForm
-from review.views.common import form_errors, person, query_without, require_perm, tell
 from review.views.runs import run_page_action, run_post
 from runs.models import Run
 

@@ -2,8 +2,8 @@
 
 from celery import shared_task
 
+from dashboard.services.logins import login_failures_prune
 from review.services.escalations import review_items_escalate
-from review.services.logins import login_failures_prune
 from review.services.webhooks import WebhookFailed, webhook_deliver
 
 

@@ -1,13 +1,12 @@
 from django.urls import URLPattern, path
 
-from review.views import audit_log, auth, mcp_tools, notifications, policies, queue, runs, tokens
+from dashboard.urls import review_namespace
+from review.views import mcp_tools, notifications, policies, queue, runs, tokens
 
 app_name = "review"
 
 urlpatterns: list[URLPattern] = [
-    path("login/", auth.LoginView.as_view(), name="login"),
-    path("logout/", auth.LogoutView.as_view(), name="logout"),
-    path("password/", auth.PasswordChangeView.as_view(), name="password_change"),
+    *review_namespace,  # the shell's sign-in pages and audit log (dashboard/urls.py)
     path("", runs.runs_list, name="runs"),
     path("runs/<uuid:run_id>/", runs.run_detail, name="run"),
     path("runs/<uuid:run_id>/verify", runs.run_verify, name="run_verify"),
@@ -42,5 +41,4 @@ urlpatterns: list[URLPattern] = [
     path("tokens/<int:token_id>/revoke", tokens.token_revoke, name="token_revoke"),
     path("mcp-tools/", mcp_tools.mcp_tools, name="mcp_tools"),
     path("mcp-tools/<int:tool_id>/mark", mcp_tools.mcp_tool_mark, name="mcp_tool_mark"),
-    path("audit-log/", audit_log.audit_log, name="audit"),
 ]

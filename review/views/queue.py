@@ -13,6 +13,17 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
+from dashboard.views.common import (
+    View,
+    error_text,
+    form_errors,
+    is_htmx,
+    person,
+    posted,
+    require_perm,
+    stop_polling_if,
+    tell,
+)
 from review import evidence, selectors, toolside
 from review.forms import ApproveForm, AssignForm, BulkDecideForm, DenyForm, ResolveForm
 from review.services.claims import review_step_assign, review_step_claim, review_step_release
@@ -25,17 +36,6 @@ from review.services.resolutions import (
     review_steps_decide,
 )
 from review.templatetags.review import waiting_badge
-from review.views.common import (
-    View,
-    error_text,
-    form_errors,
-    is_htmx,
-    person,
-    posted,
-    require_perm,
-    stop_polling_if,
-    tell,
-)
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.constants import StepState

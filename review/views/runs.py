@@ -12,10 +12,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from review import selectors, toolside
-from review.forms import DecideForm, LimitsForm, RunFilterForm
-from review.services.runs import review_limits_raise, review_run_decide
-from review.views.common import (
+from dashboard.views.common import (
     View,
     is_htmx,
     person,
@@ -25,6 +22,9 @@ from review.views.common import (
     stop_polling_if,
     tell,
 )
+from review import selectors, toolside
+from review.forms import DecideForm, LimitsForm, RunFilterForm
+from review.services.runs import review_limits_raise, review_run_decide
 from runs import clock
 from runs.chain import run_chain_breaks
 from runs.constants import FINAL_STATUSES, LIVE_STATUSES, RunStatus, StepState

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from runs.api_errors import ApplicationError
 
 View = Callable[..., HttpResponse]
