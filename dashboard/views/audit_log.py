@@ -5,7 +5,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from dashboard.forms import AuditFilterForm
-from dashboard.views.common import is_htmx, query_without, require_perm
+from dashboard.views.common import is_htmx, require_perm
 from review.models import AuditEntry
 
 AUDIT_PAGE = 50
@@ -36,7 +36,6 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         "entries": rows[:AUDIT_PAGE],
         "has_next": len(rows) > AUDIT_PAGE,
         "page": page,
-        "query": query_without(request, "page"),
     }
     if is_htmx(request):
         return render(request, "dashboard/audit.html#entries", context)

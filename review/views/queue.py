@@ -20,8 +20,8 @@ from dashboard.views.common import (
     is_htmx,
     person,
     posted,
+    render_polled,
     require_perm,
-    stop_polling_if,
     tell,
 )
 from review import evidence, selectors, toolside
@@ -168,10 +168,8 @@ def queue_item(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
     if is_htmx(request):
         if request.GET.get("seen") == context["seen"]:
             return HttpResponse(status=204)  # nothing changed: htmx keeps the page as it is
-        response = render(request, "review/item.html#decision", context)
-        return stop_polling_if(
-            response, step.state not in (StepState.UNKNOWN, StepState.AWAITING_APPROVAL)
-        )
+        decided = step.state not in (StepState.UNKNOWN, StepState.AWAITING_APPROVAL)
+        return render_polled(request, "review/item.html#decision", context, stop=decided)
     return render(request, "review/item.html", context)
 
 
