@@ -356,6 +356,10 @@ CELERY_BEAT_SCHEDULE["console-refresh-run-days"] = every(
 CELERY_BEAT_SCHEDULE["review-escalate-waiting-items"] = every(
     env_int("REVIEW_ESCALATION_INTERVAL_SECONDS", 60), "review.tasks.escalate_waiting_items"
 )
+# stale login-failure counters (dashboard.services.logins) go hourly; a live lockout is kept
+CELERY_BEAT_SCHEDULE["dashboard-prune-login-failures"] = every(
+    60 * 60, "dashboard.tasks.prune_login_failures"
+)
 # Traces (issue 49, docs/traces.md): with an OTLP endpoint set, beat exports the committed journal
 # every TRACES_EXPORT_INTERVAL_SECONDS; OTEL_TRACE_URL ("…{trace_id}…") links a run page to it
 if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(

@@ -332,6 +332,13 @@ def test_stale_login_failure_counters_are_pruned_but_live_lockouts_kept(groups):
     assert list(LoginFailure.objects.values_list("username", flat=True)) == ["locked"]
 
 
+def test_beat_prunes_login_failures_through_the_dashboard_task(settings):
+    from dashboard.tasks import prune_login_failures
+
+    entry = settings.CELERY_BEAT_SCHEDULE["dashboard-prune-login-failures"]
+    assert entry["task"] == prune_login_failures.name == "dashboard.tasks.prune_login_failures"
+
+
 @pytest.mark.django_db
 def test_beat_task_escalates_through_the_service(groups, settings, mailoutbox, monkeypatch):
     from review.tasks import escalate_waiting_items
