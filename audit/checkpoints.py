@@ -261,7 +261,7 @@ def _checkpoint_write(check: ChainCheck, *, actor: str, now: datetime) -> Checkp
 
 def alert_acknowledge(*, alert_id: int, user: Any, note: str) -> ChainAlert:
     """An admin takes note of an alert (what was found, what was done); audited."""
-    from review.audit import audit_record
+    from dashboard.audit import audit_record
     from runs.api_errors import ApplicationError, note_required
 
     note_required(note)

@@ -634,7 +634,7 @@ def evidence_job_create(*, user: Any, scope: PackScope) -> Any:
 
     from audit.models import ExportFormat, ExportJob
     from audit.tasks import export_job_run_task
-    from review.audit import audit_record
+    from dashboard.audit import audit_record
 
     signing_key_id()  # refuse now, not in the worker, when no key is set
     filters = {

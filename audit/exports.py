@@ -465,7 +465,7 @@ def export_content_type(format: str) -> str:
 def export_job_create(*, user: Any, filters: ExportFilters, format: str) -> ExportJob:
     """Queue a bulk export; the Celery task starts after this transaction commits."""
     from audit.tasks import export_job_run_task
-    from review.audit import audit_record
+    from dashboard.audit import audit_record
 
     if format not in ExportFormat.values:
         raise ApplicationError("validation_error", "Unknown format.", status_code=400)

@@ -28,7 +28,7 @@ from audit.models import (
     IncidentStatus,
 )
 from audit.permissions import can_export, is_admin
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from runs import clock
 from runs.api_errors import ApplicationError, invalid
 from runs.models import Run

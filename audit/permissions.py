@@ -1,4 +1,4 @@
-"""Who may do what on the audit pages: permissions (review.roles hands them to the groups)."""
+"""Who may do what on the audit pages: permissions (dashboard.roles hands them to the groups)."""
 
 from typing import Any
 

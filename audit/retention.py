@@ -23,7 +23,7 @@ from django.db.models import Exists, OuterRef
 
 from audit.checkpoints import checkpoint_create
 from audit.models import Checkpoint, CheckpointLeaf, RetentionPolicy
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from review.models import Escalation
 from runs import clock
 from runs.api_errors import invalid

@@ -1,6 +1,7 @@
 from django.urls import URLPattern, path
 
 from audit import views
+from console.urls import audit_namespace as run_page_actions
 
 app_name = "audit"
 
@@ -11,7 +12,7 @@ urlpatterns: list[URLPattern] = [
     path("evidence/", views.evidence_pack, name="evidence_pack"),
     path("exports/<uuid:job_id>/download", views.export_download, name="export_download"),
     path("runs/<uuid:run_id>/export", views.run_export, name="run_export"),
-    path("runs/<uuid:run_id>/legal-hold", views.run_legal_hold, name="run_legal_hold"),
+    *run_page_actions,  # the run page's legal hold (console/urls.py)
     path("checkpoints/", views.checkpoints, name="checkpoints"),
     path("checkpoints/now", views.checkpoint_now, name="checkpoint_now"),
     path("alerts/<int:alert_id>/acknowledge", views.alert_ack, name="alert_ack"),

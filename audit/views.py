@@ -19,7 +19,6 @@ from django.http import (
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
-from django_htmx.http import HttpResponseStopPolling
 
 from audit.checkpoints import alert_acknowledge, checkpoint_create
 from audit.evidence import evidence_job_create, evidence_scope_parse
@@ -37,14 +36,12 @@ from audit.forms import (
     ExportForm,
     IncidentOpenForm,
     IncidentUpdateForm,
-    LegalHoldForm,
     RetentionForm,
 )
 from audit.incidents import can_manage_incidents, incident_open, incident_update
 from audit.models import ChainAlert, Checkpoint, ExportJob, ExportStatus, Incident, IncidentStatus
 from audit.permissions import can_export, is_admin
 from audit.retention import (
-    legal_hold_change,
     retention_candidates,
     retention_floor_days,
     retention_policy_get,
@@ -53,9 +50,8 @@ from audit.retention import (
 )
 from audit.signing import public_key_text, signing_key_id, signing_public_key
 from audit.verify import OFFLINE_FILES
-from review.audit import AuditEntry, audit_record
-from review.views.common import person
-from review.views.runs import run_page_action
+from dashboard.audit import AuditEntry, audit_record
+from dashboard.views.common import is_htmx, render_polled
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.models import Run
@@ -181,12 +177,9 @@ def evidence_pack(request: HttpRequest) -> HttpResponseBase:
 @login_required
 def export_job(request: HttpRequest, job_id: UUID) -> HttpResponse:
     job = _own_job(request, job_id)
-    if request.htmx:  # type: ignore[attr-defined]
-        response = render(request, "audit/export_job.html#progress", {"job": job})
-        if job.status not in (ExportStatus.QUEUED, ExportStatus.RUNNING):
-            stop = HttpResponseStopPolling(response.content)
-            return stop
-        return response
+    if is_htmx(request):
+        done = job.status not in (ExportStatus.QUEUED, ExportStatus.RUNNING)
+        return render_polled(request, "audit/export_job.html#progress", {"job": job}, stop=done)
     return render(
         request,
         "audit/export_job.html",
@@ -332,20 +325,6 @@ def retention(request: HttpRequest) -> HttpResponse:
     )
 
 
-@run_page_action("manage_audit", LegalHoldForm, anchor="#legal-hold")
-def run_legal_hold(request: HttpRequest, run: Run, form: LegalHoldForm) -> str:
-    """Put a run on legal hold (retention keeps it) or lift the hold."""
-    held = legal_hold_change(
-        actor=person(request),
-        run_id=run.pk,
-        on=form.cleaned_data["hold"] == "on",
-        note=form.cleaned_data["note"],
-    )
-    if held.legal_hold:
-        return "The run is on legal hold: retention keeps it."
-    return "Legal hold lifted: retention treats the run like any other."
-
-
 def _recent_purges() -> list[Any]:
     from review.models import AuditEntry
 
@@ -441,7 +420,7 @@ def incident(request: HttpRequest, incident_id: int) -> HttpResponseBase:
         "nav": "incidents",
         "is_admin": is_admin(request.user),
     }
-    if request.htmx:  # type: ignore[attr-defined]
+    if is_htmx(request):
         return render(request, "audit/incident.html#countdown", context)
     return render(
         request, "audit/incident.html", context, status=400 if request.method == "POST" else 200

@@ -37,7 +37,7 @@ def _client() -> Any:
     from django.contrib.auth.models import Group
     from django.test import Client
 
-    from review.roles import groups_ensure_now
+    from dashboard.roles import groups_ensure_now
 
     groups_ensure_now()
     user, _ = get_user_model()._default_manager.get_or_create(username="bench-desk")

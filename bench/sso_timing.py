@@ -44,7 +44,7 @@ def main() -> None:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext, setup_test_environment
 
-    from review.roles import SUPERVISORS, groups_ensure_now
+    from dashboard.roles import SUPERVISORS, groups_ensure_now
     from tests.review.factories import user_in
     from tests.sso.provider import CLIENT_ID, CLIENT_SECRET, oidc_provider
 

@@ -72,7 +72,7 @@ def settings_missing() -> list[MissingSetting]:
 def agents_transport_refusal() -> str | None:
     """Why the agents' Celery worker cannot run a single run as configured, or None."""
     if settings.LEDGER_AGENT_TRANSPORT == "http" and not settings.INTENTLEDGER_TOKEN:
-        from support_agent.tasks import AGENTS_OVER_HTTP_REFUSAL
+        from celery_agents.tasks import AGENTS_OVER_HTTP_REFUSAL
 
         return AGENTS_OVER_HTTP_REFUSAL
     return None

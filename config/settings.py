@@ -85,11 +85,13 @@ INSTALLED_APPS = [
     "django_htmx",
     "runs",
     "tools",
-    "review",
-    "support_agent",
+    "dashboard",  # the dashboard's shell: people, roles, the audit log pages, what every page shares
+    "review",  # the desk: the review queue, its items, resolutions, escalations, approvals
+    "celery_agents",  # the generic Celery runner for agents (the task agents.run_agent)
+    "support_agent",  # the demo's support agent, registered with celery_agents
     "audit",
     "console",
-    "sso",  # sign-in through the company's identity provider (OpenID Connect), the people page
+    "sso",  # sign-in through the company's identity provider (OpenID Connect)
     "demo",  # scripts/demo's management commands (demo_seed, demo_story); no models
     "traces",  # the journal as OpenTelemetry traces (docs/traces.md)
     "teams",  # who owns each row; row-level security keyed on the transaction's teams
@@ -132,8 +134,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
-                "review.context_processors.replica_lag",
-                "review.context_processors.polling",
+                "dashboard.context_processors.replica_lag",
+                "dashboard.context_processors.polling",
             ],
         },
     },
@@ -354,6 +356,10 @@ CELERY_BEAT_SCHEDULE["console-refresh-run-days"] = every(
 CELERY_BEAT_SCHEDULE["review-escalate-waiting-items"] = every(
     env_int("REVIEW_ESCALATION_INTERVAL_SECONDS", 60), "review.tasks.escalate_waiting_items"
 )
+# stale login-failure counters (dashboard.services.logins) go hourly; a live lockout is kept
+CELERY_BEAT_SCHEDULE["dashboard-prune-login-failures"] = every(
+    60 * 60, "dashboard.tasks.prune_login_failures"
+)
 # Traces (issue 49, docs/traces.md): with an OTLP endpoint set, beat exports the committed journal
 # every TRACES_EXPORT_INTERVAL_SECONDS; OTEL_TRACE_URL ("…{trace_id}…") links a run page to it
 if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
@@ -430,7 +436,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"json": {"()": "console.logs.JsonFormatter"}},
-    "filters": {"forbidden_one_line": {"()": "review.logging.ForbiddenWithoutTraceback"}},
+    "filters": {"forbidden_one_line": {"()": "dashboard.logging.ForbiddenWithoutTraceback"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",

@@ -101,7 +101,7 @@ def run_lineage(run: Run) -> dict[str, Any]:
 def fork_plan(run: Run, index: int) -> dict[str, Any]:
     """What a fork of `run` at `index` would meet: the original's writes from there on (each
     tool needs a choice, runs.services.forks.run_fork) and who will run the fork."""
-    from support_agent.registry import is_registered
+    from celery_agents.registry import is_registered
 
     if is_registered(run.agent):
         runs_on = (

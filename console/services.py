@@ -9,7 +9,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.db.models import QuerySet
 
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from review.selectors import RunFilters, review_runs_without_unknown, runs_filtered
 from review.services.runs import review_run_decide
 from runs.api_errors import ApplicationError, invalid, note_required

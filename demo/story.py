@@ -28,9 +28,9 @@ from django.db import connections
 from django.db.models import Sum
 
 import config.celery  # noqa: F401 (the Celery app, configured from settings)
+from celery_agents.services import agent_run_start
 from runs.constants import FINAL_STATUSES, LIVE_STATUSES, Effect, EventType, RunStatus, StepState
 from runs.models import Event, Run, Step
-from support_agent.services import agent_run_start
 from tools.models import OutboundEmail
 from tools.models import Ticket as TicketRow
 
@@ -39,7 +39,7 @@ STATE = ROOT / ".demo"
 RUN_TIMEOUT_SECONDS = 240.0
 EVICT_AFTER_STEP = 12
 # the story's pods get their crash points and recovery timing through the agent's step hooks
-# (support_agent/hooks.py); the agent itself has none
+# (celery_agents/hooks.py); the agent itself has none
 CRASH_HOOKS = {"AGENT_HOOKS": "support_agent.crash_points"}
 POD_LEASE_TTL = 15
 

@@ -362,12 +362,3 @@ class TokenForm(forms.Form):
         if bad:
             raise forms.ValidationError(f"Not an agent name: {bad[0]} ({AGENT_NAME_RULE}).")
         return names
-
-
-class AuditFilterForm(forms.Form):
-    actor = forms.CharField(required=False, max_length=150)
-    action = forms.CharField(required=False, max_length=60)
-    target = forms.CharField(required=False, max_length=300)
-    date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
-    date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
-    page = forms.IntegerField(required=False, min_value=1, max_value=10_000)

@@ -3,14 +3,12 @@
 from celery import shared_task
 
 from review.services.escalations import review_items_escalate
-from review.services.logins import login_failures_prune
 from review.services.webhooks import WebhookFailed, webhook_deliver
 
 
 @shared_task(acks_late=True)
 def escalate_waiting_items() -> int:
-    """Mail the supervisors about items past the SLA; also forget stale login-failure counters."""
-    login_failures_prune()
+    """Mail the supervisors about items past the SLA."""
     return review_items_escalate()
 
 

@@ -1,18 +1,18 @@
+"""The `review` namespace: the desk's pages (the queue, its items, notifications, policies and
+approval rules, tokens, MCP tools), and, under the names they have always had, the shell's and
+the run pages' routes, which their apps list (dashboard/urls.py, console/urls.py)."""
+
 from django.urls import URLPattern, path
 
-from review.views import audit_log, auth, mcp_tools, notifications, policies, queue, runs, tokens
+from console.urls import review_namespace as run_pages
+from dashboard.urls import review_namespace as shell_pages
+from review.views import mcp_tools, notifications, policies, queue, tokens
 
 app_name = "review"
 
 urlpatterns: list[URLPattern] = [
-    path("login/", auth.LoginView.as_view(), name="login"),
-    path("logout/", auth.LogoutView.as_view(), name="logout"),
-    path("password/", auth.PasswordChangeView.as_view(), name="password_change"),
-    path("", runs.runs_list, name="runs"),
-    path("runs/<uuid:run_id>/", runs.run_detail, name="run"),
-    path("runs/<uuid:run_id>/verify", runs.run_verify, name="run_verify"),
-    path("runs/<uuid:run_id>/decide", runs.run_decide, name="run_decide"),
-    path("runs/<uuid:run_id>/limits", runs.run_limits, name="run_limits"),
+    *shell_pages,  # the shell's sign-in pages and audit log (dashboard/urls.py)
+    *run_pages,  # the runs list and a run's page with its actions (console/urls.py)
     path("queue/", queue.queue, name="queue"),
     path("queue/count", queue.queue_count, name="queue_count"),
     path("queue/bulk", queue.queue_bulk, name="bulk"),
@@ -42,5 +42,4 @@ urlpatterns: list[URLPattern] = [
     path("tokens/<int:token_id>/revoke", tokens.token_revoke, name="token_revoke"),
     path("mcp-tools/", mcp_tools.mcp_tools, name="mcp_tools"),
     path("mcp-tools/<int:tool_id>/mark", mcp_tools.mcp_tool_mark, name="mcp_tool_mark"),
-    path("audit-log/", audit_log.audit_log, name="audit"),
 ]

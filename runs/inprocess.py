@@ -2,7 +2,7 @@
 
 `Ledger(transport=InProcessTransport(token))` calls the services the worker API calls (the
 journal kernel, the gateway), in this process, through Django's database connection; the
-Celery-run agents use it (support_agent.tasks). It keeps the API's rules by calling the API's own
+Celery-run agents use it (celery_agents.tasks). It keeps the API's rules by calling the API's own
 pieces, not copies of them:
 
 - who: the worker token is checked live on every call as the API checks it (a lean call, the

@@ -78,7 +78,7 @@ def worker_token_revoke(*, token_id: int) -> WorkerToken:
     return token
 
 
-# The Celery-run agents' own token (support_agent.tasks): a worker beside the database journals
+# The Celery-run agents' own token (celery_agents.tasks): a worker beside the database journals
 # in-process and needs no token copied by hand. Every process holding this ledger's SECRET_KEY
 # derives the same one; the first to need it registers it (named after its prefix, so a rotated
 # SECRET_KEY registers a second one rather than clashing with the first).

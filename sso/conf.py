@@ -12,7 +12,7 @@ import requests
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from review.roles import GROUP_PERMISSIONS
+from dashboard.roles import GROUP_PERMISSIONS
 
 CALLBACK_PATH = "/sso/callback/"
 

@@ -1,4 +1,5 @@
-"""Sign-in through the identity provider (start, callback) and the admins' people page.
+"""Sign-in through the identity provider (start, callback). The people page is the dashboard's
+(dashboard/views/people.py).
 
 The start is a GET (a link on /login/): the browser follows its redirect to the provider. A POST
 form would not do: browsers apply the page's CSP `form-action 'self'` to a form's redirects too.
@@ -12,24 +13,18 @@ from typing import Any
 
 import jwt
 import requests
-from django import forms
-from django.contrib import auth, messages
-from django.contrib.auth.models import AnonymousUser, User
-from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.contrib import auth
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
-from django.urls import reverse
 from django.utils.text import capfirst
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 from mozilla_django_oidc.views import OIDCAuthenticationRequestView
 
-from review.roles import GROUP_PERMISSIONS
-from review.views.common import page_action, require_perm, tell
 from sso import services
 from sso.backend import LedgerOIDCBackend, TokenRejected, library_settings
 from sso.conf import ProviderUnreachable, SsoSettings, discover, local_login_enabled, sso_settings
-from sso.models import OidcIdentity
 
 log = logging.getLogger(__name__)
 
@@ -242,108 +237,3 @@ def _signed_in(request: HttpRequest, conf: SsoSettings, sign_in: Any) -> HttpRes
     next_url = request.session.get("oidc_login_next") or "/"
     auth.login(request, sign_in.user, backend=SESSION_BACKEND)
     return HttpResponseRedirect(next_url)
-
-
-# --- people (admins) -----------------------------------------------------------------------------
-
-GROUP_CHOICES = [(name, name) for name in GROUP_PERMISSIONS]
-
-
-class LocalUserForm(forms.Form):
-    username = forms.CharField(max_length=150, validators=[UnicodeUsernameValidator()])
-    email = forms.EmailField(required=False)
-    password = forms.CharField(widget=forms.PasswordInput, strip=False)
-    groups = forms.MultipleChoiceField(
-        choices=GROUP_CHOICES, widget=forms.CheckboxSelectMultiple, required=False
-    )
-
-
-class GroupsForm(forms.Form):
-    groups = forms.MultipleChoiceField(
-        choices=GROUP_CHOICES, widget=forms.CheckboxSelectMultiple, required=False
-    )
-
-
-def _people_rows() -> list[dict[str, Any]]:
-    users = User.objects.prefetch_related("groups").order_by("username")
-    identities = {i.user_id: i for i in OidcIdentity.objects.all()}
-    return [
-        {
-            "user": u,
-            "groups": sorted(g.name for g in u.groups.all()),
-            "identity": identities.get(u.pk),
-        }
-        for u in users
-    ]
-
-
-@require_GET
-@require_perm("manage_people")
-def people(request: HttpRequest) -> HttpResponse:
-    conf = sso_settings()
-    context = {
-        "nav": "people",
-        "rows": _people_rows(),
-        "form": LocalUserForm(),
-        "group_names": list(GROUP_PERMISSIONS),
-        "provider_name": conf.provider_name if conf else "",
-        "local_login": local_login_enabled(),
-    }
-    return render(request, "sso/people.html", context)
-
-
-def _back() -> HttpResponseRedirect:
-    return HttpResponseRedirect(reverse("sso:people"))
-
-
-@require_POST
-@require_perm("manage_people")
-def people_create(request: HttpRequest) -> HttpResponse:
-    form = LocalUserForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, " ".join(str(e) for errs in form.errors.values() for e in errs))
-        return _back()
-    data = form.cleaned_data
-    tell(
-        request,
-        lambda: services.people_local_create(
-            actor=request.user,  # type: ignore[arg-type]
-            username=data["username"],
-            email=data["email"] or "",
-            password=data["password"],
-            groups=data["groups"],
-        ),
-        lambda user: f"Local user {user.username} created.",
-    )
-    return _back()
-
-
-@require_POST
-@require_perm("manage_people")
-def people_groups(request: HttpRequest, user_id: int) -> HttpResponse:
-    form = GroupsForm(request.POST)
-    if form.is_valid():
-        tell(
-            request,
-            lambda: services.people_groups_set(
-                actor=request.user,  # type: ignore[arg-type]
-                user_id=user_id,
-                groups=form.cleaned_data["groups"],
-            ),
-            lambda user: f"{user.username}'s groups saved.",
-        )
-    return _back()
-
-
-@page_action("manage_people", back="sso:people")
-def people_deactivate(request: HttpRequest, user_id: int) -> str:
-    """Deactivate a person: they cannot sign in, and their sessions end now."""
-    user, sessions = services.people_deactivate(actor=request.user, user_id=user_id)  # type: ignore[arg-type]
-    return f"{user.username} deactivated; {sessions} session(s) ended."
-
-
-@page_action("manage_people", back="sso:people")
-def people_reactivate(request: HttpRequest, user_id: int) -> str:
-    """Let a deactivated person sign in again (their groups are as they were)."""
-    user = services.people_reactivate(actor=request.user, user_id=user_id)  # type: ignore[arg-type]
-    return f"{user.username} can sign in again."

@@ -1,5 +1,3 @@
-from typing import Any
-
 from django.apps import AppConfig
 
 
@@ -8,17 +6,7 @@ class SupportAgentConfig(AppConfig):
     verbose_name = "Support agent"
 
     def ready(self) -> None:
-        from runs.signals import run_resumable
+        from celery_agents.registry import agent_register
+        from support_agent import AGENT
 
-        run_resumable.connect(redispatch_resumable_run, dispatch_uid="support_agent.redispatch")
-
-
-def redispatch_resumable_run(*, run_id: Any, agent: str, reason: str = "", **_: Any) -> None:
-    """A run the reaper interrupted or a review resumed goes back on the queue (after commit)."""
-    from support_agent.registry import is_registered
-
-    if not is_registered(agent):
-        return
-    from support_agent.tasks import run_agent
-
-    run_agent.delay_on_commit(str(run_id), agent)  # type: ignore[attr-defined]
+        agent_register(agent=AGENT, runner="support_agent.runners.resume_support")

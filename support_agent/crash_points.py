@@ -1,5 +1,5 @@
 """Crash points and recovery timing for the support agent, installed through its step hooks
-(`AGENT_HOOKS=support_agent.crash_points`, see support_agent/hooks.py). One home for the demo story (its
+(`AGENT_HOOKS=support_agent.crash_points`, see celery_agents/hooks.py). One home for the demo story (its
 evicted and "maybe sent" pods) and the tests; the agent itself knows nothing of them, and
 nothing here fires unless its variable is set in the process's environment.
 

@@ -33,10 +33,10 @@ from intentledger import (
     StepInfo,
 )
 
-from support_agent import hooks
+from celery_agents import hooks
+from support_agent import AGENT
 from support_agent.llm import Model, model_from_name
 
-AGENT = "support"
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 # a tiny inbox so `--ticket T-1001` works in the demo without typing a whole ticket

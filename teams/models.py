@@ -34,7 +34,7 @@ class Team(models.Model):
 
 class Role(models.TextChoices):
     """A person's role is held per team; each maps to one of the dashboard's groups of
-    permissions (review.roles.GROUP_PERMISSIONS)."""
+    permissions (dashboard.roles.GROUP_PERMISSIONS)."""
 
     SUPERVISOR = "supervisor"
     ADMIN = "admin"

@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models.signals import post_migrate
 from rest_framework.test import APIClient
 
-from review.roles import groups_ensure_now
+from dashboard.roles import groups_ensure_now
 from runs.default_policy import seed_default_policy
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create

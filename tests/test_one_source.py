@@ -25,8 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = (
     "runs",
     "tools",
+    "dashboard",
     "review",
     "audit",
+    "celery_agents",
     "support_agent",
     "sdk/src/intentledger",
     "config",

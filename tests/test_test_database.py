@@ -18,7 +18,7 @@ def test_the_fingerprint_covers_every_migration_the_sql_they_read_and_the_code_t
     assert migrations and sql
     assert migrations | sql <= sources
     # the seeding and permission functions data migrations call
-    assert {"runs/default_policy.py", "review/roles.py"} <= sources
+    assert {"runs/default_policy.py", "dashboard/roles.py"} <= sources
 
 
 def test_this_sessions_database_was_copied_from_a_template_of_the_current_schema(db: Any) -> None:
@@ -42,8 +42,8 @@ def test_the_flush_after_a_transactional_test_empties_every_table_the_append_onl
     from django.contrib.auth.models import Group, Permission
     from django.core.management import call_command
 
+    from dashboard.roles import GROUP_PERMISSIONS
     from review.models import AuditEntry
-    from review.roles import GROUP_PERMISSIONS
     from runs.models import BudgetPolicy, Event, Run
     from tests.review.factories import killed_support_run, user_in
 

@@ -43,5 +43,5 @@ def test_loading_the_web_app_fills_the_url_resolver_and_template_cache_without_c
     assert result.returncode == 0, result.stderr
     state = json.loads(result.stdout.strip().splitlines()[-1])
     assert state["urls_populated"] is True
-    assert {"review/queue.html", "review/run.html", "base.html"} <= set(state["templates_cached"])
+    assert {"review/queue.html", "console/run.html", "base.html"} <= set(state["templates_cached"])
     assert state["connections_open"] == []

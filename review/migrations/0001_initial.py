@@ -7,7 +7,7 @@ import django.utils.timezone
 from django.conf import settings
 from django.db import migrations, models
 
-from review.roles import groups_ensure_migration
+from dashboard.roles import groups_ensure_migration
 
 APPEND_ONLY = """
 CREATE OR REPLACE FUNCTION review_audit_append_only() RETURNS trigger AS $$

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from runs import clock
 from runs.api_errors import ApplicationError, invalid
 from runs.constants import StepState

@@ -13,8 +13,8 @@ from django.contrib.auth.models import Group
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 
+from dashboard.roles import SUPERVISORS
 from review.models import Escalation, EscalationWebhook
-from review.roles import SUPERVISORS
 from review.services.webhooks import slack_escaped, webhooks_notify
 from runs import clock
 from runs.constants import FINAL_STATUSES, RunStatus, StepState

@@ -8,7 +8,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from runs.api_errors import invalid, note_required
 from tools.models import McpTool, McpToolMark
 

@@ -14,7 +14,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import Model
 
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from runs.api_errors import ApplicationError, invalid
 from runs.constants import AGENT_NAME_RULE, agent_name_valid
 from runs.models import ApprovalRule, BudgetPolicy

@@ -14,7 +14,7 @@ from uuid import UUID
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from review.models import AuditEntry
 from review.services.claims import step_target
 from runs import clock

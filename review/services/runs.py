@@ -10,7 +10,7 @@ from uuid import UUID
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from runs.constants import BUDGET_LIMITS
 from runs.models import Run
 from runs.services.actions import run_limits_raise

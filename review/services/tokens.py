@@ -7,7 +7,7 @@ the transaction its audit entry joins.
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from runs.api_errors import ApplicationError, invalid
 from runs.models import TokenScope, WorkerToken
 from runs.tokens import worker_token_create, worker_token_revoke

@@ -21,7 +21,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from review.models import EscalationWebhook, WebhookDelivery
 from runs import clock
 from runs.api_errors import ApplicationError, invalid

@@ -4,8 +4,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
+from dashboard.views.common import page_action, person, require_perm
 from review.services import mcp_tools as mcp_tool_services
-from review.views.common import page_action, person, require_perm
 from tools.models import McpTool, McpToolMark
 
 

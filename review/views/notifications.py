@@ -6,6 +6,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
+from dashboard.views.common import page_action, person, require_perm
 from review import selectors
 from review.forms import WebhookForm
 from review.services.escalations import escalation_reachable
@@ -15,7 +16,6 @@ from review.services.webhooks import (
     escalation_webhook_set_active,
     escalation_webhook_test,
 )
-from review.views.common import page_action, person, require_perm
 from runs.api_errors import ApplicationError
 
 

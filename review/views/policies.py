@@ -10,9 +10,9 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
+from dashboard.views.common import person, require_perm, save_form, tell
 from review.forms import ApprovalRuleForm, AuditedModelForm, PolicyForm
 from review.services.policies import approval_rule_save, budget_policy_delete, budget_policy_save
-from review.views.common import person, require_perm, save_form, tell
 from runs.models import ApprovalRule, BudgetPolicy
 
 

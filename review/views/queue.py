@@ -13,6 +13,17 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
+from dashboard.views.common import (
+    View,
+    error_text,
+    form_errors,
+    is_htmx,
+    person,
+    posted,
+    render_polled,
+    require_perm,
+    tell,
+)
 from review import evidence, selectors, toolside
 from review.forms import ApproveForm, AssignForm, BulkDecideForm, DenyForm, ResolveForm
 from review.services.claims import review_step_assign, review_step_claim, review_step_release
@@ -25,17 +36,6 @@ from review.services.resolutions import (
     review_steps_decide,
 )
 from review.templatetags.review import waiting_badge
-from review.views.common import (
-    View,
-    error_text,
-    form_errors,
-    is_htmx,
-    person,
-    posted,
-    require_perm,
-    stop_polling_if,
-    tell,
-)
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.constants import StepState
@@ -168,10 +168,8 @@ def queue_item(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
     if is_htmx(request):
         if request.GET.get("seen") == context["seen"]:
             return HttpResponse(status=204)  # nothing changed: htmx keeps the page as it is
-        response = render(request, "review/item.html#decision", context)
-        return stop_polling_if(
-            response, step.state not in (StepState.UNKNOWN, StepState.AWAITING_APPROVAL)
-        )
+        decided = step.state not in (StepState.UNKNOWN, StepState.AWAITING_APPROVAL)
+        return render_polled(request, "review/item.html#decision", context, stop=decided)
     return render(request, "review/item.html", context)
 
 

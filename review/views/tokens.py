@@ -6,9 +6,9 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
+from dashboard.views.common import require_perm
 from review.forms import TokenForm
 from review.services.tokens import review_token_create, review_token_revoke
-from review.views.common import require_perm
 from runs.api_errors import ApplicationError
 from runs.models import WorkerToken
 

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from review.roles import ADMINS, AUDITORS
+from dashboard.roles import ADMINS, AUDITORS
 
 
 @pytest.mark.django_db

@@ -141,7 +141,7 @@ def test_a_database_level_edit_is_found_and_the_checkpoint_refuses_with_an_alert
 def test_admins_acknowledge_an_alert_with_a_note(
     db: Any, client_for: Callable[[str], Client]
 ) -> None:
-    from review.audit import AuditEntry
+    from dashboard.audit import AuditEntry
 
     runs = runs_bulk_create(runs=3, steps_per_run=1)
     _edit_event_behind_the_apps_back(runs[0], 3)

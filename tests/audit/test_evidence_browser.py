@@ -15,7 +15,7 @@ from audit.evidence_verify import verify_pack
 from audit.models import ExportJob, ExportStatus
 from audit.verify import load_public_key
 from bench.testdata import runs_bulk_create
-from review.roles import AUDITORS
+from dashboard.roles import AUDITORS
 from tests.audit.conftest import PUBLIC_KEY, SIGNING_KEY
 from tests.processes import (
     celery_app_on,

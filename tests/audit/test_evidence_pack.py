@@ -33,14 +33,14 @@ from audit.retention import retention_policy_update, retention_purge
 from audit.signing import private_key_generate, private_key_parse
 from audit.verify import OFFLINE_FILES, load_public_key
 from bench.testdata import runs_bulk_create
-from review.roles import ADMINS, AUDITORS, SUPERVISORS
+from dashboard.roles import ADMINS, AUDITORS, SUPERVISORS
+from dashboard.services.people import people_groups_set, people_local_create
 from review.services.policies import budget_policy_save
 from review.services.resolutions import (
     review_step_approve,
     review_step_deny,
     review_step_resolve,
 )
-from sso.services import people_groups_set, people_local_create
 from tests.audit.conftest import PUBLIC_KEY
 from tests.review.factories import (
     PASSWORD,
@@ -490,7 +490,7 @@ def test_the_exports_page_queues_a_pack_whose_job_page_offers_the_download(
 ) -> None:
     from audit.exports import export_job_run
     from audit.models import ExportJob, ExportStatus
-    from review.audit import AuditEntry
+    from dashboard.audit import AuditEntry
 
     runs_bulk_create(runs=6, steps_per_run=2, agent="support")
     auditor = client_for("auditors")

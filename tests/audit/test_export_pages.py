@@ -16,7 +16,7 @@ from audit.exports import export_job_run, exports_expire
 from audit.models import ExportJob, ExportStatus
 from audit.verify import load_public_key, verify_export_file
 from bench.testdata import runs_bulk_create
-from review.audit import AuditEntry
+from dashboard.audit import AuditEntry
 from runs.models import Run
 from tests.audit.conftest import PUBLIC_KEY
 

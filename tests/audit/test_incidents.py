@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from audit.incidents import incident_open, incident_update
 from audit.models import Incident, IncidentRun
 from bench.testdata import runs_bulk_create
-from review.audit import AuditEntry
+from dashboard.audit import AuditEntry
 from runs.api_errors import ApplicationError
 
 

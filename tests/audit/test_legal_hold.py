@@ -25,7 +25,7 @@ from audit.models import RetentionPolicy
 from audit.retention import retention_purge
 from audit.verify import load_public_key, verify_export_file
 from bench.testdata import runs_bulk_create
-from review.audit import AuditEntry
+from dashboard.audit import AuditEntry
 from runs.chain import run_chain_breaks
 from runs.constants import EventType
 from runs.models import Event, Run

@@ -15,7 +15,7 @@ from django.utils import timezone
 from audit.models import Checkpoint, CheckpointLeaf, RetentionPolicy
 from audit.retention import retention_purge
 from bench.testdata import runs_bulk_create
-from review.audit import AuditEntry
+from dashboard.audit import AuditEntry
 from runs.chain import run_chain_breaks
 from runs.models import Approval, ApprovalRequest, Event, Run, Step
 

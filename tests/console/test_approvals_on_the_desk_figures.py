@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from review.roles import SUPERVISORS
+from dashboard.roles import SUPERVISORS
 from review.services.escalations import review_items_escalate
 from runs import clock
 from runs.models import Step

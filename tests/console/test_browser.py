@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from review.audit import AuditEntry
-from review.roles import ADMINS, SUPERVISORS
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS, SUPERVISORS
 from runs.constants import RunStatus
 from runs.models import Run, Step
 from tests.console.browser import shot

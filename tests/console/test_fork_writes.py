@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from review.audit import AuditEntry
-from review.roles import ADMINS
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS
 from runs.constants import EventType
 from runs.models import Event, ForkFence, Run, Step
 from runs.services.creation import run_create

@@ -8,7 +8,7 @@ import pytest
 from django.db.models import Sum
 
 from bench.testdata import runs_bulk_create
-from review.roles import ADMINS, AUDITORS, SUPERVISORS
+from dashboard.roles import ADMINS, AUDITORS, SUPERVISORS
 from review.selectors import waiting_count
 from runs.models import Run
 from runs.services.steps import step_intent_record, step_outcome_record

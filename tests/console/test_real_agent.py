@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from review.roles import ADMINS
+from dashboard.roles import ADMINS
 from runs.chain import run_chain_breaks
 from runs.constants import EventType, RunStatus
 from runs.models import Event, Run, Step

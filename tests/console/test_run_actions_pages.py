@@ -5,8 +5,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from review.audit import AuditEntry
-from review.roles import ADMINS, AUDITORS, SUPERVISORS
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS, AUDITORS, SUPERVISORS
 from runs.constants import EventType, RunStatus
 from runs.models import Event, Run, Step
 from tests.console.factories import evicted_at_step_12, journalled_run

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from console.timeline import timeline_build
-from review.roles import SUPERVISORS
+from dashboard.roles import SUPERVISORS
 from review.services.resolutions import review_step_resolve
 from runs import clock
 from runs.constants import RunStatus

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from review.audit import AuditEntry
+from dashboard.audit import AuditEntry
 from runs.models import WorkerToken
 from runs.tokens import worker_token_revoke
 

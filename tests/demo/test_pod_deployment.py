@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from dashboard.roles import SUPERVISORS
 from demo.story import POD_LEASE_TTL, Story, deployment_watch
-from review.roles import SUPERVISORS
 from runs.models import Run, Step
 from tests.review.factories import PASSWORD, user_in
 from tests.support_agent.fixtures import support_desk_token

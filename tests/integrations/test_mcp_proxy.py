@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from django.test import Client
 
-from review.audit import AuditEntry
-from review.roles import ADMINS, SUPERVISORS, groups_ensure_now
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS, SUPERVISORS, groups_ensure_now
 from tests.conftest import ROOT, free_port, stop_process, wait_for_http
 from tests.integrations.conftest import AgentRun, Desk, McpLines
 from tests.review.factories import PASSWORD, user_in

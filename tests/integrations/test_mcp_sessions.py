@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from review.roles import SUPERVISORS
+from dashboard.roles import SUPERVISORS
 from runs.models import Run as RunRow
 from tests.integrations.conftest import AgentRun, Desk, McpLines
 from tests.integrations.test_mcp_proxy import CALLS, proxy_params, session_calls, upstream_calls

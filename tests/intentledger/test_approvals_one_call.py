@@ -22,7 +22,7 @@ from django.test import Client
 from intentledger import ApprovalDenied, Ledger
 from rest_framework.test import APIClient
 
-from review.roles import SUPERVISORS
+from dashboard.roles import SUPERVISORS
 from runs.models import ApprovalRule, Step
 from runs.models import Run as RunRow
 from runs.services.approvals import step_approve

@@ -159,8 +159,8 @@ def test_broker_killed_and_restarted_while_agents_run_as_tasks_loses_nothing(
     celery_app_on: Any,
     celery_worker: Callable[[], subprocess.Popen[bytes]],
 ) -> None:
+    from celery_agents.tasks import run_agent
     from support_agent.support import ticket_input
-    from support_agent.tasks import run_agent
     from tools.models import OutboundEmail, Ticket
 
     worker = celery_worker()

@@ -173,6 +173,6 @@ def test_the_lockout_is_not_bypassed_by_case_whitespace_or_unicode_variants(
 
 
 def settings_max() -> int:
-    from review.services.logins import login_max_failures
+    from dashboard.services.logins import login_max_failures
 
     return login_max_failures()

@@ -41,7 +41,7 @@ def _supervisors() -> tuple[User, User]:
 
 
 def _assert_one_decision(item: Any, names: set[str]) -> str:
-    from review.audit import AuditEntry
+    from dashboard.audit import AuditEntry
 
     step = Step.objects.get(run_id=item.run_id, index=item.index)
     assert step.resolution_action in ("sent", "abandon")

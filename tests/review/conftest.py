@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from review.roles import ADMINS, AUDITORS, SUPERVISORS
+from dashboard.roles import ADMINS, AUDITORS, SUPERVISORS
 from tests.review.browser import review_server  # noqa: F401  (fixtures)
 from tests.review.factories import UnknownStep, groups_ready, killed_support_run, user_in
 

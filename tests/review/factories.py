@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, User
 
-from review.roles import GROUP_PERMISSIONS, groups_ensure_now
+from dashboard.roles import GROUP_PERMISSIONS, groups_ensure_now
 from runs import clock
 from runs.constants import RunStatus, StepState
 from runs.models import Run, Step

@@ -10,9 +10,9 @@ from django.db import IntegrityError, transaction
 from django.test import Client
 from django.utils import timezone
 
-from review.audit import AuditEntry, audit_record
+from dashboard.audit import AuditEntry, audit_record
+from dashboard.roles import ADMINS, AUDITORS, SUPERVISORS
 from review.models import Escalation, LoginFailure
-from review.roles import ADMINS, AUDITORS, SUPERVISORS
 from review.services.escalations import review_items_escalate
 from runs import clock
 from runs.models import BudgetPolicy, WorkerToken
@@ -319,7 +319,7 @@ def test_an_item_past_the_sla_mails_the_supervisors_once(groups, settings, mailo
 
 @pytest.mark.django_db
 def test_stale_login_failure_counters_are_pruned_but_live_lockouts_kept(groups):
-    from review.services.logins import login_failure_record, login_failures_prune
+    from dashboard.services.logins import login_failure_record, login_failures_prune
 
     login_failure_record(username="ghost", ip="10.0.0.1")
     login_failure_record(username="locked", ip="10.0.0.2")
@@ -330,6 +330,13 @@ def test_stale_login_failure_counters_are_pruned_but_live_lockouts_kept(groups):
     )
     assert login_failures_prune() == 1
     assert list(LoginFailure.objects.values_list("username", flat=True)) == ["locked"]
+
+
+def test_beat_prunes_login_failures_through_the_dashboard_task(settings):
+    from dashboard.tasks import prune_login_failures
+
+    entry = settings.CELERY_BEAT_SCHEDULE["dashboard-prune-login-failures"]
+    assert entry["task"] == prune_login_failures.name == "dashboard.tasks.prune_login_failures"
 
 
 @pytest.mark.django_db

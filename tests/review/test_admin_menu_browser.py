@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from review.roles import ADMINS
+from dashboard.roles import ADMINS
 from runs.models import BudgetPolicy
 from tests.review.browser import shot, signed_in
 from tests.review.factories import user_in

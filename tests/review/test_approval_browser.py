@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from review.audit import AuditEntry
-from review.roles import ADMINS, SUPERVISORS
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS, SUPERVISORS
 from runs import clock
 from runs.constants import StepState
 from runs.models import ApprovalRequest, ApprovalRule, Event

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from review.audit import AuditEntry
-from review.roles import ADMINS, AUDITORS, SUPERVISORS
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS, AUDITORS, SUPERVISORS
 from runs.constants import RunStatus, StepState
 from runs.models import Step
 from runs.services.creation import run_create

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from review.roles import SUPERVISORS
+from dashboard.roles import SUPERVISORS
 from runs.services.creation import run_create
 from runs.services.decisions import step_resolve
 from runs.services.leases import run_lease_acquire

@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from review.audit import AuditEntry
-from review.roles import SUPERVISORS
+from dashboard.audit import AuditEntry
+from dashboard.roles import SUPERVISORS
 from runs.constants import StepState
 from tests.review import lookup_fixtures
 from tests.review.factories import user_in

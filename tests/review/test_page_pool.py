@@ -3,7 +3,7 @@
 import pytest
 from django.conf import settings
 
-from review.roles import SUPERVISORS
+from dashboard.roles import SUPERVISORS
 from tests.review.browser import page_pool, signed_in
 from tests.review.factories import user_in
 

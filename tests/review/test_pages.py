@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from review.roles import AUDITORS, SUPERVISORS
+from dashboard.roles import AUDITORS, SUPERVISORS
 from runs.models import BudgetPolicy, Run
 from runs.services.creation import run_create
 from runs.services.leases import run_lease_acquire

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from review.audit import AuditEntry
-from review.roles import ADMINS, AUDITORS, SUPERVISORS
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS, AUDITORS, SUPERVISORS
 from runs.constants import StepState
 from runs.models import BudgetPolicy, Run, Step, WorkerToken
 from runs.tokens import worker_token_create

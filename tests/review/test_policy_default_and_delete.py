@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from review.audit import AuditEntry
-from review.roles import ADMINS
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS
 from runs.api_errors import ApplicationError
 from runs.models import BudgetPolicy
 from runs.services.creation import run_create

@@ -9,8 +9,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from review.audit import audit_record
-from review.roles import ADMINS
+from dashboard.audit import audit_record
+from dashboard.roles import ADMINS
 from runs import clock
 from runs.models import BudgetPolicy, Run
 from runs.services.creation import run_create

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from review.roles import SUPERVISORS
+from dashboard.roles import SUPERVISORS
 from runs.services.creation import run_create
 from runs.services.leases import run_lease_acquire
 from runs.services.steps import step_intent_record

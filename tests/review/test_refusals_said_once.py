@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from review.roles import ADMINS, SUPERVISORS
+from dashboard.roles import ADMINS, SUPERVISORS
 from runs.models import ApprovalRule
 from tests.review.factories import killed_support_run, user_in
 

@@ -6,8 +6,8 @@ import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from review.audit import AuditEntry
-from review.roles import ADMINS, SUPERVISORS
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS, SUPERVISORS
 from review.services import resolutions
 from runs.constants import RunStatus, StepState
 from runs.models import Event, Step

@@ -8,9 +8,9 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.test import Client
 
+from dashboard.roles import ADMINS
+from dashboard.views.common import error_text, form_errors
 from review.forms import DecideForm, LimitsForm, PolicyForm
-from review.roles import ADMINS
-from review.views.common import error_text, form_errors
 from runs.api_errors import note_required
 from runs.models import ApprovalRule, WorkerToken
 from runs.tokens import worker_token_revoke

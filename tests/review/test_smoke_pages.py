@@ -2,7 +2,7 @@
 
 import pytest
 
-from review.roles import ADMINS
+from dashboard.roles import ADMINS
 
 
 @pytest.mark.django_db

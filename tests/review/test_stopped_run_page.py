@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from review.roles import SUPERVISORS
+from dashboard.roles import SUPERVISORS
 from runs.api_errors import ApplicationError
 from runs.constants import RunStatus
 from runs.kernel import BudgetStopped

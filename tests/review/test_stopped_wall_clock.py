@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from review.roles import SUPERVISORS
+from dashboard.roles import SUPERVISORS
 from runs import clock
 from tests.review.test_stopped_run_page import stopped_by_its_token_budget
 

@@ -14,9 +14,9 @@ import pytest
 from django.core import mail
 from django.test import Client
 
-from review.audit import AuditEntry
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS, SUPERVISORS
 from review.models import EscalationWebhook, WebhookDelivery
-from review.roles import ADMINS, SUPERVISORS
 from review.services.claims import review_step_claim
 from review.services.escalations import review_items_escalate
 from review.services.webhooks import WebhookFailed, webhook_deliver

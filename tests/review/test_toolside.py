@@ -5,8 +5,8 @@ from django.db import ProgrammingError
 from django.test import Client
 
 import tools.selectors
+from dashboard.roles import AUDITORS
 from review import toolside
-from review.roles import AUDITORS
 from runs.services.creation import run_create
 from runs.services.leases import run_lease_acquire
 from runs.services.steps import step_intent_record

@@ -15,9 +15,9 @@ from django.db import IntegrityError, transaction
 from django.test import Client
 
 from config.celery import app as celery_app
-from review.audit import AuditEntry
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS, SUPERVISORS
 from review.models import EscalationWebhook, WebhookDelivery
-from review.roles import ADMINS, SUPERVISORS
 from review.services.escalations import review_items_escalate
 from review.services.webhooks import WebhookFailed, webhook_deliver
 from review.tasks import deliver_webhook

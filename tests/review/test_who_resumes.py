@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from review.roles import SUPERVISORS
+from dashboard.roles import SUPERVISORS
 from tests.review.factories import killed_support_run
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ import pytest
 from django.apps import apps
 
 from audit.verify import Report, render_report
-from review.roles import ADMINS, SUPERVISORS
+from dashboard.roles import ADMINS, SUPERVISORS
 from runs.models import Step
 from runs.services.creation import run_create
 from runs.services.leases import run_lease_acquire

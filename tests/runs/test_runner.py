@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from celery_agents.services import agent_run_start
 from runs.models import Event, Run
 from runs.services.creation import run_create
 from runs.services.enforcement import (
@@ -16,7 +17,6 @@ from runs.services.enforcement import (
 )
 from runs.services.leases import run_lease_acquire
 from runs.signals import run_resumable
-from support_agent.services import agent_run_start
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.django_db(transaction=True)  # on_commit offers must fire
@@ -37,12 +37,12 @@ def offered() -> Iterator[list[tuple[str, str]]]:
 @pytest.fixture
 def no_celery(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The agents app's receiver would enqueue a task; here only the offers are counted."""
-    from support_agent.apps import redispatch_resumable_run
+    from celery_agents.apps import redispatch_resumable_run
 
-    monkeypatch.setattr("support_agent.tasks.run_agent.delay_on_commit", lambda *a, **k: None)
-    run_resumable.disconnect(dispatch_uid="support_agent.redispatch")
+    monkeypatch.setattr("celery_agents.tasks.run_agent.delay_on_commit", lambda *a, **k: None)
+    run_resumable.disconnect(dispatch_uid="celery_agents.redispatch")
     yield
-    run_resumable.connect(redispatch_resumable_run, dispatch_uid="support_agent.redispatch")
+    run_resumable.connect(redispatch_resumable_run, dispatch_uid="celery_agents.redispatch")
 
 
 def test_a_run_made_through_the_api_is_external_and_one_started_for_celery_is_celery(

@@ -26,12 +26,12 @@ import pytest
 import redis
 from django.db.models import QuerySet
 
+from celery_agents.services import agent_run_start
 from runs.chain import run_chain_breaks
 from runs.constants import StepState
 from runs.models import Event, Run, Step
 from runs.services.enforcement import runs_reap_expired_leases, runs_redispatch_idle
 from runs.vocabulary import EventType
-from support_agent.services import agent_run_start
 from support_agent.support import ticket_input
 from tests.processes import celery_app_on, gunicorn_process, redis_url, stop_celery_worker
 from tests.scale.helpers import RoundRobinBalancer

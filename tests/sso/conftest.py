@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from review.roles import ADMINS, AUDITORS, SUPERVISORS
+from dashboard.roles import ADMINS, AUDITORS, SUPERVISORS
 from tests.review.browser import review_server  # noqa: F401  (fixtures)
 from tests.review.factories import groups_ready
 from tests.sso.provider import CLIENT_ID, CLIENT_SECRET, OidcProvider, oidc_provider

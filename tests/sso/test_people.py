@@ -7,8 +7,8 @@ from django.contrib.messages import get_messages
 from django.contrib.sessions.models import Session
 from django.test import Client
 
-from review.audit import AuditEntry
-from review.roles import ADMINS, AUDITORS, SUPERVISORS
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS, AUDITORS, SUPERVISORS
 from sso.services import sso_sign_in
 from tests.review.factories import PASSWORD, user_in
 from tests.sso.test_sso_sign_in import ISSUER, claims, conf

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from review.roles import ADMINS, SUPERVISORS
+from dashboard.roles import ADMINS, SUPERVISORS
 from tests.review.browser import shot, signed_in
 from tests.review.factories import user_in
 

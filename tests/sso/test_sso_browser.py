@@ -13,8 +13,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 
-from review.audit import AuditEntry
-from review.roles import ADMINS, AUDITORS, SUPERVISORS
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS, AUDITORS, SUPERVISORS
 from sso.models import OidcIdentity
 from tests.processes import free_port
 from tests.review.browser import TIMEOUT, shot

@@ -12,8 +12,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from review.audit import AuditEntry
-from review.roles import ADMINS, AUDITORS, SUPERVISORS
+from dashboard.audit import AuditEntry
+from dashboard.roles import ADMINS, AUDITORS, SUPERVISORS
 from sso.conf import SsoSettings, claim_values, role_map_parse
 from sso.models import OidcIdentity
 from sso.services import SsoRefused, sso_sign_in

@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 import pytest
 
+from celery_agents.services import agent_run_start
 from runs.models import Event, Run, Step
-from support_agent.services import agent_run_start
 from support_agent.support import ticket_input
 from tests.support_agent.conftest import AgentDesk, effects_for
 from tests.support_agent.fixtures import reaped_once_the_lease_lapses

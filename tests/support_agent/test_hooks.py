@@ -1,4 +1,4 @@
-"""The support agent's one seam for tests, the bench and demos: its step hooks (support_agent/hooks.py).
+"""The support agent's one seam for tests, the bench and demos: its step hooks (celery_agents/hooks.py).
 The crash points live beside the agent (support_agent/crash_points.py), not in it."""
 
 from pathlib import Path

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from review.roles import SUPERVISORS
+from dashboard.roles import SUPERVISORS
 from runs.services.creation import run_create
 from tests.review.factories import groups_ready, user_in
 from tests.traces.story import CALLER_SPAN, CALLER_TRACE

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from support_agent.services import agent_run_start
+from celery_agents.services import agent_run_start
 from support_agent.support import AGENT, ticket_input
 
 

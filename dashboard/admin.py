@@ -1,6 +1,7 @@
-"""Django's own user admin, audited: a person added, changed or deleted there leaves the same
-audit entry the people page writes (the admin's change view is one transaction, which the entry
-joins)."""
+"""The shell in Django's admin. Its user admin is audited: a person added, changed or deleted
+there leaves the same audit entry the people page writes (the admin's change view is one
+transaction, which the entry joins). The audit log is readable there, never editable (the table
+is append-only)."""
 
 from typing import Any
 
@@ -11,7 +12,8 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
-from sso import services
+from dashboard.services import people as services
+from review.models import AuditEntry
 
 admin.site.unregister(User)
 
@@ -44,3 +46,20 @@ class AuditedUserAdmin(UserAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         services.people_admin_deleted(actor=request.user, users=list(queryset))
         super().delete_queryset(request, queryset)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    list_display = ("at", "actor_name", "action", "target", "note")
+    list_filter = ("action",)
+    search_fields = ("actor_name", "target", "note")
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -8,7 +8,7 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse_lazy
 
-from review.services.logins import (
+from dashboard.services.logins import (
     login_failure_record,
     login_locked_until,
     login_refused_record,

@@ -11,12 +11,13 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from runs.api_errors import ApplicationError
 
 View = Callable[..., HttpResponse]
@@ -62,18 +63,14 @@ def is_htmx(request: HttpRequest) -> bool:
     return bool(cast(HtmxHttpRequest, request).htmx)
 
 
-def query_without(request: HttpRequest, name: str) -> str:
-    """The page's query string without `name`, for links that set it (a pager, an action)."""
-    query = request.GET.copy()
-    query.pop(name, None)
-    return query.urlencode()
-
-
-def stop_polling_if(response: HttpResponse, stop: bool) -> HttpResponse:
-    """`response`, telling htmx to stop polling when `stop` (django-htmx's status for it)."""
-    if stop:
-        response.status_code = HttpResponseStopPolling.status_code
-    return response
+def render_polled(
+    request: HttpRequest, template_name: str, context: dict[str, Any], *, stop: bool
+) -> HttpResponse:
+    """A fragment htmx polls for. When `stop` (the run is final, the item decided), it comes as
+    django-htmx's `HttpResponseStopPolling`: htmx swaps it in and polls no more."""
+    if not stop:
+        return render(request, template_name, context)
+    return HttpResponseStopPolling(render_to_string(template_name, context, request))
 
 
 def form_errors(form: Any) -> str:

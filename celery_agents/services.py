@@ -4,10 +4,10 @@ from typing import Any
 
 from django.db import transaction
 
+from celery_agents.registry import is_registered
 from runs.constants import RunRunner
 from runs.models import Run
 from runs.services.creation import run_create
-from support_agent.registry import is_registered
 
 
 @transaction.atomic
@@ -22,7 +22,7 @@ def agent_run_start(
     """
     if not is_registered(agent):
         raise LookupError(f"no agent {agent!r} is registered")
-    from support_agent.tasks import run_agent
+    from celery_agents.tasks import run_agent
 
     run, created = run_create(
         agent=agent, input=input, external_id=external_id, actor=actor, runner=RunRunner.CELERY

@@ -14,10 +14,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from intentledger import Ledger, LedgerUnavailable
 
+from celery_agents.registry import agent_runner
 from runs.inprocess import in_process_ledger
 from runs.services.enforcement import run_runner_claim_for_celery
 from runs.tokens import celery_agents_token_ensure
-from support_agent.registry import agent_runner
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from review.audit import audit_record
+from dashboard.audit import audit_record
 from review.models import LoginFailure
 
 

@@ -1,5 +1,6 @@
-"""The agent's step hooks: a seam for code outside the agent (tests, the bench, the demo story)
-to watch its steps or interrupt them, without the agent knowing what they do.
+"""An agent's step hooks: a seam for code outside the agent (tests, the bench, the demo story)
+to watch its steps or interrupt them, without the agent knowing what they do. The support agent
+calls them (support_agent/support.py); any agent may.
 
 `AGENT_HOOKS` names modules, comma-separated (for example
 `AGENT_HOOKS=support_agent.crash_points`); each is imported once, when the agent is, and may define:

@@ -4,9 +4,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from review.forms import AuditFilterForm
+from dashboard.forms import AuditFilterForm
+from dashboard.views.common import is_htmx, require_perm
 from review.models import AuditEntry
-from review.views.common import is_htmx, query_without, require_perm
 
 AUDIT_PAGE = 50
 
@@ -36,8 +36,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         "entries": rows[:AUDIT_PAGE],
         "has_next": len(rows) > AUDIT_PAGE,
         "page": page,
-        "query": query_without(request, "page"),
     }
     if is_htmx(request):
-        return render(request, "review/audit.html#entries", context)
-    return render(request, "review/audit.html", context)
+        return render(request, "dashboard/audit.html#entries", context)
+    return render(request, "dashboard/audit.html", context)

@@ -1,8 +1,13 @@
-"""The runs list and a run's page: its transcript, its chain check, and a supervisor's actions."""
+"""The runs list and a run's page, with every action the page offers: its transcript, its chain
+check, and a person's actions on the run (decide, raise limits, cancel, fork, legal hold). Each
+action is a view here that calls one service (review.services.runs, console.services,
+audit.retention) and comes back to the page. The routes keep the names they had
+(`review:run`, `console:run_fork`, `audit:run_legal_hold`, …): console/urls.py lists them."""
 
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
 from django import forms
@@ -12,19 +17,22 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from review import selectors, toolside
-from review.forms import DecideForm, LimitsForm, RunFilterForm
-from review.services.runs import review_limits_raise, review_run_decide
-from review.views.common import (
+from audit.forms import LegalHoldForm
+from audit.retention import legal_hold_change
+from console import services
+from console.forms import CancelForm, ForkForm
+from dashboard.views.common import (
     View,
     is_htmx,
     person,
     posted,
-    query_without,
+    render_polled,
     require_perm,
-    stop_polling_if,
     tell,
 )
+from review import selectors, toolside
+from review.forms import DecideForm, LimitsForm, RunFilterForm
+from review.services.runs import review_limits_raise, review_run_decide
 from runs import clock
 from runs.chain import run_chain_breaks
 from runs.constants import FINAL_STATUSES, LIVE_STATUSES, RunStatus, StepState
@@ -56,16 +64,14 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         "page": page,
         "has_next": has_next,
         "any_live": any_live,
-        "query": query_without(request, "page"),
         "counts": selectors.run_status_counts(),
         "count_cap": selectors.STATUS_COUNT_CAP,
         "current_status": filters.status,
         "agents": selectors.run_agents(),
     }
     if is_htmx(request):
-        response = render(request, "review/runs.html#rows", context)
-        return stop_polling_if(response, not any_live)
-    return render(request, "review/runs.html", context)
+        return render_polled(request, "console/runs.html#rows", context, stop=not any_live)
+    return render(request, "console/runs.html", context)
 
 
 def get_run(run_id: UUID) -> Run:
@@ -138,9 +144,8 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
     run = get_run(run_id)
     context = _transcript_context(request, run)
     if is_htmx(request) and request.GET.get("part") == "live":
-        response = render(request, "review/run.html#live", context)
-        return stop_polling_if(response, not context["live"])
-    return render(request, "review/run.html", context)
+        return render_polled(request, "console/run.html#live", context, stop=not context["live"])
+    return render(request, "console/run.html", context)
 
 
 @require_GET
@@ -151,7 +156,7 @@ def run_verify(request: HttpRequest, run_id: UUID) -> HttpResponse:
     breaks = run_chain_breaks(run)
     context = {"run": run, "breaks": breaks, "verified": True, "event_count": run.event_seq}
     if is_htmx(request):
-        return render(request, "review/run.html#verify", context)
+        return render(request, "console/run.html#verify", context)
     if breaks:
         messages.error(request, f"The chain is broken in {len(breaks)} place(s).")
     else:
@@ -234,3 +239,51 @@ def run_limits(request: HttpRequest, run: Run, form: LimitsForm) -> str:
     return limits_outcome(
         review_limits_raise(user=person(request), run_id=run.pk, note=note, limits=limits)
     )
+
+
+@run_page_action("run_actions", CancelForm, anchor="#run-actions")
+def run_cancel(request: HttpRequest, run: Run, form: CancelForm) -> str:
+    """Cancel a live run: the journal refuses its worker's next write."""
+    services.console_run_cancel(user=person(request), run_id=run.pk, **form.cleaned_data)
+    return "Run cancelled: its worker's next write is refused."
+
+
+def fork_create(user: Any, run: Run, form: ForkForm) -> Run:
+    return services.console_run_fork(user=user, run_id=run.pk, **form.cleaned_data)
+
+
+def fork_outcome(fork: Run) -> str:
+    if fork.forked_from_index:
+        return f"Fork created with steps 0–{fork.forked_from_index - 1} copied"
+    return "Fork created from the start (no steps copied)."
+
+
+@require_POST
+@require_perm("run_actions")
+def run_fork(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    """The fork's page when it was created; otherwise the original run's actions, showing the
+    fork's plan (the writes after the fork point to choose for, where it will run)."""
+    answer = run_post(request, run_id, ForkForm, fork_create, ok=fork_outcome)
+    original, fork = answer
+    if fork is None:
+        plan = urlencode(
+            {"fork": request.POST.get("index", ""), "fork_note": request.POST.get("note", "")}
+        )
+        return HttpResponseRedirect(
+            reverse("review:run", args=[original.pk]) + f"?{plan}#run-actions"
+        )
+    return HttpResponseRedirect(reverse("review:run", args=[fork.pk]))
+
+
+@run_page_action("manage_audit", LegalHoldForm, anchor="#legal-hold")
+def run_legal_hold(request: HttpRequest, run: Run, form: LegalHoldForm) -> str:
+    """Put a run on legal hold (retention keeps it) or lift the hold."""
+    held = legal_hold_change(
+        actor=person(request),
+        run_id=run.pk,
+        on=form.cleaned_data["hold"] == "on",
+        note=form.cleaned_data["note"],
+    )
+    if held.legal_hold:
+        return "The run is on legal hold: retention keeps it."
+    return "Legal hold lifted: retention treats the run like any other."
