@@ -1,29 +1,41 @@
-"""Part: the web server measured side by side, each serving the same hot calls to the SDK.
+"""Part: the web servers and the SDK's HTTP clients, side by side, serving the same hot calls.
 
-gunicorn (gthread, the production settings: config.wsgi with the lean path in front of Django),
-granian (its WSGI interface, the same config.wsgi) and uvicorn with httptools (config.asgi, where
-the hot calls go through Django's URL conf to the lean path's first door). Each server gets the
-same processes and threads; the client is the worker SDK's HttpTransport (`bench/sdk_steps.py`),
-so a server that answered anything wrong would stop the run (a refusal raises).
+Servers: gunicorn (gthread, the production settings: config.wsgi with the lean path in front of
+Django), granian (its WSGI interface, the same config.wsgi) and uvicorn with httptools
+(config.asgi, where the hot calls go through Django's URL conf to the lean path's first door).
+Each server gets the same processes and threads. Clients: the worker SDK's HttpTransport over
+httpx and over urllib3 (`bench/lean_client.py`), through `bench/sdk_steps.py`, so a server that
+answered anything wrong would stop the run (a refusal raises). Every WSGI server is measured
+with both clients against the same server process, one after the other; uvicorn (4-5× slower
+already) with the SDK's own client only.
+
+Per server and client: write and read step p50 and p99, the client's CPU per step (the agent
+process's) and the server's (its process tree's), over the same steps.
 
 granian, httptools and uvloop are bench-only (bench/.venv): the servers run the bench venv's
 interpreter with the served tree and the project's site-packages first on PYTHONPATH, so Django
 and the app are the project's, the server is the bench venv's.
+
+    python -m bench servers --quick --out bench/SERVERS.md     # this part alone, its own file
 """
 
 from __future__ import annotations
 
 import statistics
+import subprocess
 import sysconfig
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from bench import stack
 from bench.common import BENCH_VENV_PY, Figure
 from bench.context import Ctx
-from bench.part_step import _sdk_steps
+from bench.part_step import _served_json
 
 SERVERS = ("gunicorn", "granian", "uvicorn")
+CLIENTS = ("httpx", "urllib3")
+SDK_CLIENT = "httpx"  # the one intentledger uses itself (uvicorn is measured with it alone)
 
 
 def _server_env() -> dict[str, str]:
@@ -50,61 +62,99 @@ def server_args(name: str, port: int, workers: int, threads: int) -> list[str]:
 
 
 @contextmanager
-def serving(name: str, workers: int, threads: int) -> Iterator[str]:
+def serving(name: str, workers: int, threads: int) -> Iterator[tuple[str, int]]:
+    """(base URL, the server's master pid) while `name` serves the bench database."""
     if name == "gunicorn":
-        with stack.gunicorn(workers=workers, threads=threads) as (url, _):
-            yield url
+        with stack.gunicorn(workers=workers, threads=threads) as (url, master):
+            yield url, master.pid
         return
     port = stack.free_port()
-    proc = stack.spawn(
+    proc: subprocess.Popen[bytes] = stack.spawn(
         server_args(name, port, workers, threads), log_name=f"{name}-{port}", env=_server_env()
     )
     url = f"http://127.0.0.1:{port}"
     try:
         stack.wait_http(f"{url}/api/v1/schema/", proc)
-        yield url
+        yield url, proc.pid
     finally:
         stack.stop(proc)
 
 
+def _steps(ctx: Ctx, url: str, pid: int, client: str, runs: int, reps: int) -> dict[str, Any]:
+    """bench.sdk_steps over HTTP through `client`, with the server's CPU read around the steps."""
+    env = stack.project_env(PYTHONPATH=f"{stack.tree()}:{stack.tree() / 'sdk' / 'src'}")
+    args = ["--transport", "http", "--url", url, "--token", ctx.token, "--size", "100"]
+    args += ["--client", client, "--server-pid", str(pid), "--runs", str(runs), "--reps", str(reps)]
+    return _served_json("bench.sdk_steps", args, env)
+
+
 def run(ctx: Ctx, workers: int, threads: int) -> None:
     res = ctx.results
-    reps, runs = ctx.size["reps"], ctx.size["step_runs"]
-    p50s: dict[str, dict[str, float]] = {}
+    # three times the step part's runs: a server's CPU is read in clock ticks (10 ms), so a
+    # repetition needs a few hundred milliseconds of it to be read to a few percent
+    reps, runs = ctx.size["reps"], 3 * ctx.size["step_runs"]
+    rows: list[dict[str, Any]] = []
     for name in SERVERS:
-        ctx.log(f"servers: {name}, steps through the SDK over HTTP")
+        clients = CLIENTS if name != "uvicorn" else (SDK_CLIENT,)
         try:
-            with serving(name, workers, threads) as url:
-                _sdk_steps(ctx, "http", url, 100, 1, 1)  # warm every worker's code paths
-                measured = _sdk_steps(ctx, "http", url, 100, runs, reps)
+            with serving(name, workers, threads) as (url, pid):
+                for client in clients:
+                    ctx.log(f"servers: {name} through {client}")
+                    _steps(ctx, url, pid, client, 1, 1)  # warm every worker's code paths
+                    measured = _steps(ctx, url, pid, client, runs, reps)
+                    rows.append(_figures(ctx, name, client, measured))
         except Exception as exc:
             res.note("servers", f"- {name} could not run: {exc}")
-            continue
-        p50s[name] = {}
-        for key in ("write", "read"):
-            fig = res.add(Figure(f"server {name}: SDK {key} step over HTTP 100B", "ms"))
-            for rep in measured[key]:
-                fig.add_rep(rep)
-            p50s[name][key] = statistics.median([v for rep in measured[key] for v in rep])
-    base = p50s.get("gunicorn")
-    rows = [
-        "| server | write step p50 | read step p50 | write ÷ gunicorn | read ÷ gunicorn |",
-        "|---|---:|---:|---:|---:|",
+    res.extra["servers"] = rows
+    res.note("servers", _table(rows, workers, threads))
+
+
+def _figures(ctx: Ctx, server: str, client: str, measured: dict[str, Any]) -> dict[str, Any]:
+    res = ctx.results
+    row: dict[str, Any] = {"server": server, "client": client}
+    for key in ("write", "read"):
+        fig = res.add(Figure(f"server {server}, client {client}: SDK {key} step 100B", "ms"))
+        for rep in measured[key]:
+            fig.add_rep(rep)
+        row[f"{key}_p50"], row[f"{key}_p99"] = fig.p50, fig.p99
+        for which, title in (("client_cpu", "client CPU"), ("server_cpu", "server CPU")):
+            cpu = res.add(Figure(f"server {server}, client {client}: {title} per {key} step", "ms"))
+            for value in measured[which][key]:
+                cpu.add_rep([value])
+            row[f"{key}_{which}"] = statistics.median(measured[which][key])
+    return row
+
+
+def _table(rows: list[dict[str, Any]], workers: int, threads: int) -> str:
+    base = next((r for r in rows if (r["server"], r["client"]) == ("gunicorn", SDK_CLIENT)), None)
+    lines = [
+        "| server | client | write p50 | write p99 | read p50 | read p99 | client CPU / step "
+        "(write, read) | server CPU / step (write, read) | write p50 ÷ gunicorn+httpx | "
+        "read p50 ÷ gunicorn+httpx |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, values in p50s.items():
+    for r in rows:
         ratio = {
-            k: f"{values[k] / base[k]:.2f}×" if base else "–" for k in ("write", "read")
-        }  # fmt: skip
-        rows.append(
-            f"| {name} | {values['write']:.2f} ms | {values['read']:.2f} ms | "
-            f"{ratio['write']} | {ratio['read']} |"
+            key: f"{r[f'{key}_p50'] / base[f'{key}_p50']:.2f}×" if base else "–"
+            for key in ("write", "read")
+        }
+        lines.append(
+            f"| {r['server']} | {r['client']} | {r['write_p50']:.2f} ms | {r['write_p99']:.2f} ms"
+            f" | {r['read_p50']:.2f} ms | {r['read_p99']:.2f} ms"
+            f" | {r['write_client_cpu']:.3f}, {r['read_client_cpu']:.3f} ms"
+            f" | {r['write_server_cpu']:.3f}, {r['read_server_cpu']:.3f} ms"
+            f" | {ratio['write']} | {ratio['read']} |"
         )
-    res.extra["servers"] = p50s
-    res.note(
-        "servers",
+    return (
         f"gunicorn and granian with {workers} processes × {threads} threads, uvicorn one process "
-        "(one keep-alive client is served by one process), serving the same tree and database; the client is the SDK's HttpTransport (one keep-alive connection), 20-step "
-        "runs, 100 B payloads, in this invocation. gunicorn: gthread, `--preload` (production's "
-        "settings); granian: `--interface wsgi` on config.wsgi; uvicorn: `--http httptools` on "
-        "config.asgi.\n\n" + "\n".join(rows),
+        "(one keep-alive client is served by one process), serving the same tree and database; "
+        "each WSGI server measured through both clients, one after the other, against the same "
+        "server process. The client is the worker SDK's HttpTransport (one keep-alive connection) "
+        "over httpx or over urllib3's connection pool (`bench/lean_client.py`); 20-step runs, "
+        "100 B payloads, a write step enforced by the tool (one call: its outcome rides on the "
+        "next step's intent), a read step one call. CPU per step: the agent process's "
+        "(time.process_time) and the server's process tree's (psutil), over the timed steps "
+        "only. gunicorn: gthread, `--preload` (production's settings); granian: "
+        "`--interface wsgi` on config.wsgi; uvicorn: `--http httptools` on config.asgi.\n\n"
+        + "\n".join(lines)
     )
