@@ -160,3 +160,70 @@ def test_the_tool_is_asked_while_nobody_holds_the_runs_lock(
 
     assert LOCK_WHILE_ASKED == ["free"]
     assert Step.objects.get(run_id=run_id, index=0).state == "interrupted"  # absent: sent once
+
+
+def still_journalling_lookup(key: str) -> str:
+    """A provider's lookup asked while the run's holder, not lost after all, journals one more
+    write under its expired lease each time (the key begins with the run's id). Asked in a
+    thread of its own (tools.lookups), on a connection of its own."""
+    from django.db import connection
+
+    from runs import kernel
+
+    try:
+        run = Run.objects.get(pk=key.split(":")[0])
+        kernel.step_intent(
+            run_id=run.pk,
+            epoch=run.epoch,
+            index=run.step_count,
+            kind="tool",
+            name="email.send",
+            effect="write",
+            enforced_by="nobody",
+            arguments={"to": f"customer-{run.step_count}"},
+            actor="worker:w-7",
+        )
+    finally:
+        connection.close()
+    return "absent"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("by", ["reaper", "new lease"])
+def test_a_holder_that_keeps_journalling_while_recovery_asks_is_refused_and_nothing_changes(
+    api: APIClient, fake_clock: Any, settings: Any, by: str
+) -> None:
+    """Each answer the tool side gives, the holder has written another step to ask about: after
+    a few rounds the asking stops. The new lease is refused as if the lease were live (409
+    lease_held, the holder named); the reaper leaves the run for its next sweep."""
+    settings.LEDGER_TOOL_LOOKUPS = {
+        "email.send": "tests.runs.test_recovery_lookups.still_journalling_lookup"
+    }
+    run_id, _key = _run_killed_while_sending(api, name="email.send", enforced_by="nobody")
+    fake_clock.advance(seconds=31)
+
+    if by == "reaper":
+        assert reaper_task() == 0
+    else:
+        refused = JournalClient(api).lease(run_id, worker="w-9")
+        assert refused.status_code == 409
+        error = refused.json()["error"]
+        assert error["code"] == "lease_held"
+        assert error["details"]["worker"] == "w-7"
+        assert error["details"]["reason"] == "still_journalling"
+
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.epoch, run.lease_worker, run.used_recoveries) == (
+        "running",
+        1,
+        "w-7",
+        0,
+    )
+    # one step more per round of answers, every one still open: nobody decided anything
+    assert run.step_count == 1 + 4
+    assert set(Step.objects.filter(run_id=run_id).values_list("state", flat=True)) == {"intent"}
+
+    settings.LEDGER_TOOL_LOOKUPS = {"email.send": "tests.review.lookup_fixtures.provider_lookup"}
+    granted = JournalClient(api).lease(run_id, worker="w-9")  # the holder has stopped now
+    assert granted.status_code == 200
+    assert granted.json()["epoch"] == 2 and granted.json()["recovered"] is True
