@@ -1,54 +1,40 @@
-"""A candidate for the SDK's HTTP client: urllib3's connection pool in place of httpx (issue 46,
-item 4). Same calls, same retries and errors as intentledger._http.HttpTransport; only the wire
-differs, so bench/sdk_steps.py can run the same steps through either.
+"""The HTTP clients the SDK's transport is measured over (bench/part_servers.py, issue 46 item 4).
+
+`urllib3` is intentledger's own HttpTransport. `httpx` is the same transport over httpx, as the
+SDK was before it moved to urllib3 (same calls, retries and errors; only the wire differs).
+`http.client` is the floor: the standard library's connection, headers and body in one send, one
+kept connection behind a lock, no proxies; for comparison only.
 """
 
 from __future__ import annotations
 
-import json as jsonlib
-import ssl
+import http.client
+import threading
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
-from intentledger._http import RETRY_STATUSES, HttpTransport, Response
+from intentledger._http import RETRY_STATUSES, HttpTransport, Response, _json_of
 from intentledger.errors import LedgerUnavailable, error_from_response
 
-POOL_SIZE = 10  # connections kept per ledger: the run's thread, its heartbeat, an integration's
 
-
-class Urllib3Transport(HttpTransport):
+class HttpxTransport(HttpTransport):
     def __init__(
-        self,
-        url: str,
-        token: str,
-        *,
-        timeout: float,
-        retries: int,
-        backoff: float,
-        max_backoff: float = 2.0,
+        self, url: str, token: str, *, timeout: float, retries: int, backoff: float
     ) -> None:
-        import urllib3
+        import httpx
 
-        self._urllib3 = urllib3
-        self.url = url.rstrip("/")
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self._headers = {
-            "Authorization": f"Bearer {token}",
-            "Accept": "application/json",
-            "Content-Type": "application/json",
-        }
-        self._timeout = urllib3.Timeout(connect=timeout, read=timeout)
-        options: dict[str, Any] = {"timeout": self._timeout, "maxsize": POOL_SIZE, "retries": False}
-        if self.url.lower().startswith("https://"):
-            options["ssl_context"] = ssl.create_default_context()
-        self._prefix = urlsplit(self.url).path
-        self.pool = urllib3.connection_from_url(self.url, **options)
+        self.url, self.timeout, self.retries = url.rstrip("/"), timeout, retries
+        self.backoff, self.max_backoff = backoff, 2.0
+
+        self._httpx = httpx
+        self.client = httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=self.timeout,
+        )
 
     def close(self) -> None:
-        self.pool.close()
+        self.client.close()
 
     def request(
         self,
@@ -63,63 +49,79 @@ class Urllib3Transport(HttpTransport):
         params: dict[str, Any] | None = None,
         timeout: float | None = None,
     ) -> Response:
-        exceptions = self._urllib3.exceptions
-        body = None if json is None else jsonlib.dumps(json, separators=(",", ":")).encode()
-        target = self._prefix + path + (f"?{urlencode(params)}" if params else "")
-        sent_headers = {**self._headers, **headers} if headers else self._headers
+        httpx = self._httpx
         attempt = 0
         while True:
             try:
-                response = self.pool.urlopen(
+                response = self.client.request(
                     method,
-                    target,
-                    body=body,
-                    headers=sent_headers,
-                    retries=False,
-                    redirect=False,
-                    timeout=self._timeout if timeout is None else timeout,
+                    path,
+                    json=json,
+                    headers=headers,
+                    params=params,
+                    timeout=self.client.timeout if timeout is None else timeout,
                 )
-            except exceptions.HTTPError as exc:
-                never_sent = isinstance(exc, exceptions.ConnectTimeoutError)
-                last = f"{type(exc).__name__}: {exc}"
+            except httpx.TransportError as exc:
+                never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
                 if (idempotent or never_sent) and attempt < self.retries:
                     self._sleep(attempt)
                     attempt += 1
                     continue
-                raise LedgerUnavailable(
-                    f"The ledger at {self.url} is unreachable after {attempt + 1} attempt(s) "
-                    f"({last}). Check INTENTLEDGER_URL and that the server is running.",
-                    code="ledger_unavailable",
-                ) from exc
-            status = response.status
-            answer = _json_of(status, response.data)
-            if status in accept:
-                return Response(status, answer, dict(response.headers))
-            if status in retry_on and idempotent and attempt < self.retries:
+                raise LedgerUnavailable(str(exc), code="ledger_unavailable") from exc
+            body = _json_of(response.status_code, response.content)
+            if response.status_code in accept:
+                return Response(response.status_code, body, dict(response.headers))
+            if response.status_code in retry_on and idempotent and attempt < self.retries:
                 self._sleep(attempt, retry_after=response.headers.get("Retry-After"))
                 attempt += 1
                 continue
-            error = error_from_response(status, answer)
-            if status in retry_on:
-                raise LedgerUnavailable(
-                    f"The ledger at {self.url} answered {status} after "
-                    f"{attempt + 1} attempt(s): {error.message}",
-                    code=error.code,
-                    status=status,
-                    details=error.details,
-                )
-            raise error
+            raise error_from_response(response.status_code, body)
 
 
-def _json_of(status: int, content: bytes) -> Any:
-    if not content:
-        return None
-    try:
-        return jsonlib.loads(content)
-    except ValueError:
-        text = content[:300].decode("utf-8", "replace")
-        return {"error": {"code": f"http_{status}", "message": text}}
+class HttpClientTransport(HttpTransport):
+    def __init__(self, url: str, token: str, **options: Any) -> None:
+        super().__init__(url, token, **options)
+        super().close()  # the urllib3 pool is not used
+        parts = urlsplit(self.url)
+        self._connection = http.client.HTTPConnection(
+            parts.hostname or "", parts.port, timeout=self.timeout
+        )
+        self._lock = threading.Lock()
+        self.pool = _OneConnection(self)  # type: ignore[assignment]
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+class _OneConnection:
+    """What HttpTransport.request calls on its pool (`urlopen`), over one http.client connection."""
+
+    def __init__(self, transport: HttpClientTransport) -> None:
+        self.transport = transport
+
+    def urlopen(self, method: str, target: str, *, body: Any, headers: Any, **_: Any) -> Any:
+        transport = self.transport
+        with transport._lock:
+            connection = transport._connection
+            try:
+                connection.request(method, target, body=body, headers=headers)
+                response = connection.getresponse()
+            except (ConnectionError, http.client.HTTPException):
+                connection.close()  # the server closed the kept connection: once more
+                connection.request(method, target, body=body, headers=headers)
+                response = connection.getresponse()
+            data = response.read()
+        return _Answer(response.status, data, dict(response.getheaders()))
+
+
+class _Answer:
+    def __init__(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+        self.status, self.data, self.headers = status, data, headers
 
 
 # bench/sdk_steps.py --client: the SDK's HTTP transport over each client
-CLIENTS: dict[str, type[HttpTransport]] = {"httpx": HttpTransport, "urllib3": Urllib3Transport}
+CLIENTS: dict[str, type[HttpTransport]] = {
+    "httpx": HttpxTransport,
+    "urllib3": HttpTransport,
+    "http.client": HttpClientTransport,
+}

@@ -3,11 +3,12 @@
 Servers: gunicorn (gthread, the production settings: config.wsgi with the lean path in front of
 Django), granian (its WSGI interface, the same config.wsgi) and uvicorn with httptools
 (config.asgi, where the hot calls go through Django's URL conf to the lean path's first door).
-Each server gets the same processes and threads. Clients: the worker SDK's HttpTransport over
-httpx and over urllib3 (`bench/lean_client.py`), through `bench/sdk_steps.py`, so a server that
-answered anything wrong would stop the run (a refusal raises). Every WSGI server is measured
-with both clients against the same server process, one after the other; uvicorn (4-5× slower
-already) with the SDK's own client only.
+Each server gets the same processes and threads. Clients (bench/http_clients.py): the worker
+SDK's HttpTransport over urllib3 (the SDK's own), over httpx (the SDK's before), and the floor, the
+standard library's http.client; through `bench/sdk_steps.py`, so a server that answered anything
+wrong would stop the run (a refusal raises). Every WSGI server is measured with each client
+against the same server process, one after the other; uvicorn (4-5× slower already) with the
+SDK's own client only.
 
 Per server and client: write and read step p50 and p99, the client's CPU per step (the agent
 process's) and the server's (its process tree's), over the same steps.
@@ -34,8 +35,9 @@ from bench.context import Ctx
 from bench.part_step import _served_json
 
 SERVERS = ("gunicorn", "granian", "uvicorn")
-CLIENTS = ("httpx", "urllib3")
-SDK_CLIENT = "httpx"  # the one intentledger uses itself (uvicorn is measured with it alone)
+CLIENTS = ("urllib3", "httpx", "http.client")
+SDK_CLIENT = "urllib3"  # the one intentledger uses itself (uvicorn is measured with it alone)
+BASE = ("gunicorn", SDK_CLIENT)  # what the image serves, through what the SDK sends
 
 
 def _server_env() -> dict[str, str]:
@@ -126,11 +128,11 @@ def _figures(ctx: Ctx, server: str, client: str, measured: dict[str, Any]) -> di
 
 
 def _table(rows: list[dict[str, Any]], workers: int, threads: int) -> str:
-    base = next((r for r in rows if (r["server"], r["client"]) == ("gunicorn", SDK_CLIENT)), None)
+    base = next((r for r in rows if (r["server"], r["client"]) == BASE), None)
     lines = [
         "| server | client | write p50 | write p99 | read p50 | read p99 | client CPU / step "
-        "(write, read) | server CPU / step (write, read) | write p50 ÷ gunicorn+httpx | "
-        "read p50 ÷ gunicorn+httpx |",
+        "(write, read) | server CPU / step (write, read) | write p50 ÷ gunicorn+urllib3 | "
+        "read p50 ÷ gunicorn+urllib3 |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -148,9 +150,10 @@ def _table(rows: list[dict[str, Any]], workers: int, threads: int) -> str:
     return (
         f"gunicorn and granian with {workers} processes × {threads} threads, uvicorn one process "
         "(one keep-alive client is served by one process), serving the same tree and database; "
-        "each WSGI server measured through both clients, one after the other, against the same "
-        "server process. The client is the worker SDK's HttpTransport (one keep-alive connection) "
-        "over httpx or over urllib3's connection pool (`bench/lean_client.py`); 20-step runs, "
+        "each WSGI server measured through each client, one after the other, against the same "
+        "server process. The client is the worker SDK's HttpTransport (kept connections) over "
+        "urllib3's connection pool (the SDK's own), over httpx (the SDK's before) or, as the "
+        "floor, over one http.client connection (bench/http_clients.py); 20-step runs, "
         "100 B payloads, a write step enforced by the tool (one call: its outcome rides on the "
         "next step's intent), a read step one call. CPU per step: the agent process's "
         "(time.process_time) and the server's process tree's (psutil), over the timed steps "

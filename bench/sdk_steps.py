@@ -1,15 +1,15 @@
 """Steps end to end through the worker SDK, over HTTP or in-process: what an agent author pays.
 
     python -m bench.sdk_steps --transport http --url URL --token T [--size B --runs N --reps R]
-        [--client httpx|urllib3] [--server-pid PID]
+        [--client sdk|httpx|urllib3|http.client] [--server-pid PID]
     python -m bench.sdk_steps --transport inprocess --token T [...] [--profile PATH]
 
 Run by the project's interpreter in the served tree (`intentledger` from its sdk/src). A write
 step is `run.tool(name, args, effect="write", fn=...)`: intent, the function, outcome; a read
 step is `run.model(fn)`: one call with its outcome. `inprocess` journals through
 `runs.inprocess.InProcessTransport` (Django's database connection, no HTTP), as a Celery-run
-agent does. `--client` picks the HTTP client under the SDK's calls (`bench/lean_client.py`: the
-SDK's own, or the other one compared with it). `--profile` writes a cProfile of the measured steps
+agent does. `--client` picks the HTTP client under the SDK's calls (bench/http_clients.py; `sdk`,
+the default, is the SDK as an agent builds it). `--profile` writes a cProfile of the measured steps
 (pstats) to PATH. Prints one JSON object: {"write": [[ms...]...], "read": [[ms...]...],
 "client_cpu": {"write": [ms per step, one a repetition], "read": [...]}, "server_cpu": {...}};
 client CPU is this process's (time.process_time), server CPU the process tree of
@@ -36,7 +36,7 @@ def _ledger(transport: str, url: str, token: str, client: str = "sdk") -> Any:
 
         if client == "sdk":
             return Ledger(url, token)
-        from bench.lean_client import CLIENTS
+        from bench.http_clients import CLIENTS
 
         return Ledger(transport=CLIENTS[client](url, token, timeout=10.0, retries=5, backoff=0.1))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -134,7 +134,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--profile", default="")
-    parser.add_argument("--client", choices=("sdk", "httpx", "urllib3"), default="sdk")
+    parser.add_argument(
+        "--client", choices=("sdk", "httpx", "urllib3", "http.client"), default="sdk"
+    )
     parser.add_argument("--server-pid", type=int, default=None)
     args = parser.parse_args()
     ledger = _ledger(args.transport, args.url, args.token, args.client)

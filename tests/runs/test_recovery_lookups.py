@@ -6,7 +6,11 @@ interrupted (sent once, with the same key). A lookup that is late (2 s) or fails
 answer": recorded, and the step stays in review for a person.
 """
 
+import http.server
+import json
+import threading
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from rest_framework.test import APIClient
@@ -227,3 +231,46 @@ def test_a_holder_that_keeps_journalling_while_recovery_asks_is_refused_and_noth
     granted = JournalClient(api).lease(run_id, worker="w-9")  # the holder has stopped now
     assert granted.status_code == 200
     assert granted.json()["epoch"] == 2 and granted.json()["recovered"] is True
+
+
+class _KeysAPI(http.server.BaseHTTPRequestHandler):
+    """A provider's key API: `GET /keys/<key>` answers {"state": ...} for the keys it knows."""
+
+    states: dict[str, str] = {}
+
+    def do_GET(self) -> None:
+        key = unquote(self.path.removeprefix("/keys/"))
+        body = json.dumps({"state": self.states[key]} if key in self.states else {}).encode()
+        self.send_response(200 if key in self.states else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_lookup_by_url_is_asked_for_the_key_and_anything_but_a_state_is_no_answer(
+    settings: Any,
+) -> None:
+    from tools.lookups import tool_lookup
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeysAPI)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    template = f"http://127.0.0.1:{server.server_address[1]}/keys/{{key}}"
+    settings.LEDGER_TOOL_LOOKUPS = {"email.send": template, "sms.send": "http://127.0.0.1:9/{key}"}
+    _KeysAPI.states = {"run-1:0:email.send:abc": "completed"}
+    try:
+        sent = tool_lookup("email.send", "run-1:0:email.send:abc")
+        unknown = tool_lookup("email.send", "run-1:1:email.send:def")
+        down = tool_lookup("sms.send", "run-1:2:sms.send:ghi")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert sent is not None and (sent.state, sent.source) == ("completed", template)
+    assert unknown is not None and unknown.state == "no_answer"
+    assert "HTTP 404" in unknown.detail
+    assert down is not None and down.state == "no_answer"
+    assert "Connection refused" in down.detail or "NewConnectionError" in down.detail
