@@ -22,15 +22,17 @@ and the app are the project's, the server is the bench venv's.
 
 from __future__ import annotations
 
+import select
 import statistics
 import subprocess
 import sysconfig
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from bench import stack
-from bench.common import BENCH_VENV_PY, Figure
+from bench.common import BENCH_DB, BENCH_VENV_PY, Figure
 from bench.context import Ctx
 from bench.part_step import _served_json
 
@@ -38,6 +40,7 @@ SERVERS = ("gunicorn", "granian", "uvicorn")
 CLIENTS = ("urllib3", "httpx", "http.client")
 SDK_CLIENT = "urllib3"  # the one intentledger uses itself (uvicorn is measured with it alone)
 BASE = ("gunicorn", SDK_CLIENT)  # what the image serves, through what the SDK sends
+HEALTH_CHECKS = 500  # per repetition
 
 
 def _server_env() -> dict[str, str]:
@@ -109,6 +112,44 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
             res.note("servers", f"- {name} could not run: {exc}")
     res.extra["servers"] = rows
     res.note("servers", _table(rows, workers, threads))
+    _health_check(ctx)
+
+
+def _health_check(ctx: Ctx) -> None:
+    """What the WSGI door's socket check (runs.hotpath.socket_health_check) saves per call:
+    Django's health check, a `SELECT 1` round trip on the kept connection, against a poll of its
+    socket."""
+    res = ctx.results
+    trip = res.add(Figure("Django's health check: SELECT 1 on a kept connection", "ms"))
+    poll = res.add(Figure("the door's health check: a poll of the connection's socket", "ms"))
+    cpu = res.add(Figure("Django's health check: client CPU per SELECT 1", "ms"))
+    with stack.admin_connect(BENCH_DB) as conn:
+        conn.autocommit = True
+        sock = conn.pgconn.socket
+        for _ in range(ctx.size["reps"]):
+            trips, polls = [], []
+            cpu0 = time.process_time()
+            for _ in range(HEALTH_CHECKS):
+                t0 = time.perf_counter()
+                conn.execute("SELECT 1").fetchone()
+                trips.append((time.perf_counter() - t0) * 1000)
+            cpu.add_rep([(time.process_time() - cpu0) * 1000 / HEALTH_CHECKS])
+            for _ in range(HEALTH_CHECKS):
+                t0 = time.perf_counter()
+                select.select([sock], [], [], 0)
+                polls.append((time.perf_counter() - t0) * 1000)
+            trip.add_rep(trips)
+            poll.add_rep(polls)
+    res.note(
+        "servers",
+        f"Django's health check (CONN_HEALTH_CHECKS): `SELECT 1` on a kept psycopg connection to "
+        f"the bench database, {trip.p50 * 1000:.0f} µs p50 ({trip.p99 * 1000:.0f} µs p99), "
+        f"{cpu.p50 * 1000:.0f} µs of the caller's CPU, before a call's statement; the WSGI "
+        "door's check (`runs.hotpath.socket_health_check`, a zero-timeout poll of the same "
+        f"socket) {poll.p50 * 1000:.1f} µs. The door replaces Django's check with its own, so "
+        "a hot call is one round trip, not two; a backend that died between calls is still "
+        "found and replaced (tests/runs/test_hot_path.py).",
+    )
 
 
 def _figures(ctx: Ctx, server: str, client: str, measured: dict[str, Any]) -> dict[str, Any]:
