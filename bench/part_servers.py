@@ -6,9 +6,10 @@ Django), granian (its WSGI interface, the same config.wsgi) and uvicorn with htt
 Each server gets the same processes and threads. Clients (bench/http_clients.py): the worker
 SDK's HttpTransport over urllib3 (the SDK's own), over httpx (the SDK's before), and the floor, the
 standard library's http.client; through `bench/sdk_steps.py`, so a server that answered anything
-wrong would stop the run (a refusal raises). Every WSGI server is measured with each client
-against the same server process, one after the other; uvicorn (4-5× slower already) with the
-SDK's own client only.
+wrong would stop the run (a refusal raises). Both WSGI servers serve at once and every (server,
+client) pair takes one repetition per round, in turn (the order reversed every other round), so
+a load that drifts during the part falls on every pair alike; uvicorn (4-5× slower already)
+runs after them, with the SDK's own client only.
 
 Per server and client: write and read step p50 and p99, the client's CPU per step (the agent
 process's) and the server's (its process tree's), over the same steps.
@@ -22,6 +23,7 @@ and the app are the project's, the server is the bench venv's.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import statistics
 import subprocess
@@ -36,7 +38,7 @@ from bench.common import BENCH_DB, BENCH_VENV_PY, Figure
 from bench.context import Ctx
 from bench.part_step import _served_json
 
-SERVERS = ("gunicorn", "granian", "uvicorn")
+WSGI_SERVERS = ("gunicorn", "granian")
 CLIENTS = ("urllib3", "httpx", "http.client")
 SDK_CLIENT = "urllib3"  # the one intentledger uses itself (uvicorn is measured with it alone)
 BASE = ("gunicorn", SDK_CLIENT)  # what the image serves, through what the SDK sends
@@ -94,25 +96,53 @@ def _steps(ctx: Ctx, url: str, pid: int, client: str, runs: int, reps: int) -> d
 
 
 def run(ctx: Ctx, workers: int, threads: int) -> None:
+    """Both WSGI servers up at once and every (server, client) pair measured once a round, in
+    turn, so a load that drifts during the part (the machine is shared) falls on every pair
+    alike; then uvicorn alone."""
     res = ctx.results
     # three times the step part's runs: a server's CPU is read in clock ticks (10 ms), so a
-    # repetition needs a few hundred milliseconds of it to be read to a few percent
-    reps, runs = ctx.size["reps"], 3 * ctx.size["step_runs"]
-    rows: list[dict[str, Any]] = []
-    for name in SERVERS:
-        clients = CLIENTS if name != "uvicorn" else (SDK_CLIENT,)
-        try:
-            with serving(name, workers, threads) as (url, pid):
-                for client in clients:
-                    ctx.log(f"servers: {name} through {client}")
-                    _steps(ctx, url, pid, client, 1, 1)  # warm every worker's code paths
-                    measured = _steps(ctx, url, pid, client, runs, reps)
-                    rows.append(_figures(ctx, name, client, measured))
-        except Exception as exc:
-            res.note("servers", f"- {name} could not run: {exc}")
+    # repetition needs a few hundred milliseconds of it to be read to a few percent (the smoke
+    # tier checks the machinery: one round of one run)
+    smoke = ctx.tier == "smoke"
+    reps, runs = (1, 1) if smoke else (ctx.size["reps"], 3 * ctx.size["step_runs"])
+    pairs = [(name, client) for name in WSGI_SERVERS for client in CLIENTS]
+    measured: dict[tuple[str, str], dict[str, Any]] = {}
+    try:
+        with contextlib.ExitStack() as servers:
+            where = {
+                name: servers.enter_context(serving(name, workers, threads))
+                for name in WSGI_SERVERS
+            }
+            for name, client in pairs:  # warm every worker's code paths
+                _steps(ctx, *where[name], client, 1, 1)
+            for round_ in range(reps):
+                ctx.log(
+                    f"servers: round {round_ + 1} of {reps}, {len(pairs)} server × client pairs"
+                )
+                for pair in pairs if round_ % 2 == 0 else reversed(pairs):
+                    _merge(
+                        measured.setdefault(pair, {}),
+                        _steps(ctx, *where[pair[0]], pair[1], runs, 1),
+                    )
+        with serving("uvicorn", workers, threads) as (url, pid):
+            ctx.log(f"servers: uvicorn through {SDK_CLIENT}")
+            _steps(ctx, url, pid, SDK_CLIENT, 1, 1)
+            measured[("uvicorn", SDK_CLIENT)] = _steps(ctx, url, pid, SDK_CLIENT, runs, reps)
+    except Exception as exc:
+        res.note("servers", f"- the servers could not all run: {exc}")
+    rows = [_figures(ctx, name, client, values) for (name, client), values in measured.items()]
     res.extra["servers"] = rows
     res.note("servers", _table(rows, workers, threads))
     _health_check(ctx)
+
+
+def _merge(into: dict[str, Any], more: dict[str, Any]) -> None:
+    """One more repetition of bench.sdk_steps' answer added to `into` (same shape)."""
+    for key, value in more.items():
+        if isinstance(value, dict):
+            _merge(into.setdefault(key, {}), value)
+        else:
+            into.setdefault(key, []).extend(value)
 
 
 def _health_check(ctx: Ctx) -> None:
@@ -191,8 +221,8 @@ def _table(rows: list[dict[str, Any]], workers: int, threads: int) -> str:
     return (
         f"gunicorn and granian with {workers} processes × {threads} threads, uvicorn one process "
         "(one keep-alive client is served by one process), serving the same tree and database; "
-        "each WSGI server measured through each client, one after the other, against the same "
-        "server process. The client is the worker SDK's HttpTransport (kept connections) over "
+        "both WSGI servers up at once, every (server, client) pair measured once a round, in turn "
+        "(the order reversed every other round), so a drifting load falls on every pair alike. The client is the worker SDK's HttpTransport (kept connections) over "
         "urllib3's connection pool (the SDK's own), over httpx (the SDK's before) or, as the "
         "floor, over one http.client connection (bench/http_clients.py); 20-step runs, "
         "100 B payloads, a write step enforced by the tool (one call: its outcome rides on the "
