@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json as jsonlib
 import random
-import ssl
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -59,6 +58,8 @@ def connection_pool(url: str, timeout: float) -> urllib3.PoolManager | urllib3.H
         "retries": False,
     }
     if url.lower().startswith("https://"):
+        import ssl  # (not at `import intentledger`: a tenth of its import time)
+
         options["ssl_context"] = ssl.create_default_context()  # built once, not per connection
     proxy = proxy_for(url)
     if proxy is not None:
