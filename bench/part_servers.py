@@ -133,7 +133,38 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
     rows = [_figures(ctx, name, client, values) for (name, client), values in measured.items()]
     res.extra["servers"] = rows
     res.note("servers", _table(rows, workers, threads))
+    res.note("servers", _decision(rows))
     _health_check(ctx)
+
+
+def _decision(rows: list[dict[str, Any]]) -> str:
+    """What the figures decided (issue 46 item 4), with this invocation's ratios."""
+    row = {(r["server"], r["client"]): r for r in rows}
+
+    def ratio(a: tuple[str, str], b: tuple[str, str], key: str) -> str:
+        if a not in row or b not in row or not row[b][key]:
+            return "–"
+        return f"{row[a][key] / row[b][key]:.2f}×"
+
+    urllib3, httpx = ("gunicorn", "urllib3"), ("gunicorn", "httpx")
+    granian = ("granian", SDK_CLIENT)
+    return (
+        "**What was decided.** The SDK's client is urllib3's pool (one dependency, as httpx was): "
+        "its CPU per step (one call each here) is "
+        f"{ratio(urllib3, httpx, 'write_client_cpu')} httpx's for a write step and "
+        f"{ratio(urllib3, httpx, 'read_client_cpu')} for a read step, with the same "
+        "retries, timeouts, TLS checks and environment proxies (tests/intentledger); the "
+        "standard library's http.client, the floor, is "
+        f"{ratio(('gunicorn', 'http.client'), urllib3, 'write_client_cpu')} urllib3's "
+        "(it sends headers and body in one write; urllib3 in two). The server stays gunicorn: "
+        f"granian serves the same calls with {ratio(granian, BASE, 'write_server_cpu')} "
+        f"(write) and {ratio(granian, BASE, 'read_server_cpu')} (read) of gunicorn's server CPU "
+        f"per step, at {ratio(granian, BASE, 'write_p50')} / {ratio(granian, BASE, 'read_p50')} "
+        "its write / read p50 (latency drifts with the shared machine's load; CPU much less). "
+        "Moving to it means the image, compose, deploy docs, the test servers and the "
+        "robustness list (graceful restarts, worker recycling, timeouts, JSON access logs, "
+        "header limits) done again on granian: left for a later round, this is the distance."
+    )
 
 
 def _merge(into: dict[str, Any], more: dict[str, Any]) -> None:
