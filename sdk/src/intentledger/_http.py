@@ -5,7 +5,7 @@ The wire is urllib3's connection pool: one keep-alive connection per thread that
 run's, its heartbeat's), TLS verified against the system's trust store (`SSL_CERT_FILE` and
 `SSL_CERT_DIR` honoured) with one context per client, proxies from the environment
 (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`), no redirects followed. httpx was the
-wire before: about a third more of the agent's CPU per call (bench/SERVERS.md).
+wire before; bench/SERVERS.md measures the agent's CPU per call over each.
 
 urllib3 is imported when the first client is built, not when `intentledger` is imported, so an
 agent process that only imports the SDK pays nothing for it.
