@@ -67,7 +67,7 @@ def _versions() -> dict[str, str]:
     from importlib.metadata import version
 
     out = {}
-    for name in ("django", "djangorestframework", "gunicorn", "psycopg", "httpx"):
+    for name in ("django", "djangorestframework", "gunicorn", "psycopg", "httpx", "urllib3"):
         try:
             out[name] = version(name)
         except Exception:

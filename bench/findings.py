@@ -112,7 +112,7 @@ def findings(results: Results) -> str:
             "encoding of the 20 × 10 KB results is a large part of it."
             + (
                 f" The whole restart through the SDK takes {restart:.0f} ms (target < 500 ms): "
-                "interpreter start, `import intentledger` (httpx only), the lease and 13 replayed "
+                "interpreter start, `import intentledger` (urllib3 only), the lease and 13 replayed "
                 "steps."
                 if restart
                 else ""

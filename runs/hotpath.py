@@ -136,12 +136,19 @@ def answer(
             raise Decline from revoked
 
 
-def drop_dead_connection() -> None:
-    """Django's per-request health check, without its round trip.
+def socket_health_check() -> None:
+    """The WSGI door's database health check: Django's, without its round trip.
 
-    An idle connection has nothing to read; if the server sent something anyway (the notice a
-    terminated backend or a restart leaves, or EOF), the connection is dead: close it, and the
-    next query opens a fresh one instead of failing with 503.
+    Django checks a kept connection before the first query of each request (CONN_HEALTH_CHECKS:
+    a `SELECT 1`, one more round trip to PostgreSQL per call). Here the connection's socket is
+    polled instead, without waiting: an idle connection has nothing to read, so anything
+    readable (the notice a terminated backend or a restart leaves, or EOF) means it is dead. It
+    is closed, and the call's statement opens a fresh one instead of failing with 503. A
+    connection found alive is marked checked for this request (`health_check_done`, the flag
+    Django's own check sets when it has run), so Django does not send its SELECT 1 as well.
+
+    What the round trip costs: bench/SERVERS.md ("Django's health check"). Tests:
+    tests/runs/test_hot_path.py (a terminated backend, and no SELECT 1 before the statement).
     """
     conn = connection.connection
     if conn is None:
@@ -291,7 +298,7 @@ class HotPathWSGI:
         attempts = 1 if route in ("lease", "create") else 2
         for attempt in range(attempts):
             try:
-                drop_dead_connection()
+                socket_health_check()
                 return answer(route, **call)
             except Decline:
                 return None

@@ -72,18 +72,12 @@ class OpenAIChatModel:
     def __init__(
         self, *, base_url: str, model: str, api_key: str | None = None, timeout: float = 60.0
     ) -> None:
-        from intentledger._http import import_httpx, tls_verification
+        import httpx
 
-        httpx = import_httpx()
         self.name = model
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=timeout,
-            verify=tls_verification(self.base_url),
-        )
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
         self._httpx = httpx
 
     @classmethod

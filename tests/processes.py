@@ -132,20 +132,22 @@ def wait_for_http(
     url: str, *, timeout: float = 30.0, proc: subprocess.Popen[Any] | None = None
 ) -> None:
     """Return once `url` answers anything over HTTP; fail early if `proc` exits."""
-    import httpx
-    from intentledger._http import tls_verification
+    import urllib3
 
     deadline = time.monotonic() + timeout
-    # one client for every attempt: building one costs more than the attempt itself
-    with httpx.Client(timeout=1.0, verify=tls_verification(url)) as client:
+    # one pool for every attempt (an https one builds its TLS context once)
+    pool = urllib3.connection_from_url(url, timeout=1.0, retries=False)
+    try:
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
                 raise RuntimeError(f"process for {url} exited with {proc.returncode}")
             try:
-                client.get(url)
+                pool.urlopen("GET", url, redirect=False)
                 return
-            except httpx.TransportError:
+            except urllib3.exceptions.HTTPError:
                 time.sleep(0.05)
+    finally:
+        pool.close()
     raise TimeoutError(f"{url} did not answer within {timeout}s")
 
 

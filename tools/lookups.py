@@ -57,17 +57,18 @@ def tool_lookup(tool: str, key: str) -> LookupAnswer | None:
 
 
 def _ask_url(template: str, key: str) -> LookupAnswer:
-    import httpx
-    from intentledger._http import tls_verification
+    import json
+
+    import urllib3
 
     url = template.replace("{key}", quote(key, safe=""))
     try:
-        answer = httpx.get(url, timeout=_timeout(), verify=tls_verification(url))
-        state: Any = answer.json().get("state") if answer.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        answer = urllib3.request("GET", url, timeout=_timeout(), retries=False, redirect=False)
+        state: Any = json.loads(answer.data).get("state") if answer.status == 200 else None
+    except (urllib3.exceptions.HTTPError, ValueError, AttributeError) as exc:
         return LookupAnswer("no_answer", template, f"{type(exc).__name__}: {exc}"[:200])
     if state not in ANSWERS:
-        return LookupAnswer("no_answer", template, f"HTTP {answer.status_code}, state {state!r}")
+        return LookupAnswer("no_answer", template, f"HTTP {answer.status}, state {state!r}")
     return LookupAnswer(str(state), template)
 
 

@@ -17,7 +17,7 @@ from runs import clock, kernel
 from runs.constants import RunRunner, RunStatus, StepState
 from runs.models import Run, Step
 from runs.services._shared import _offer_on_commit
-from runs.services.recovery import lookup_tools, with_tool_side_answers
+from runs.services.recovery import HolderStillJournalling, lookup_tools, with_tool_side_answers
 from runs.signals import run_resumable
 
 # the statuses a passed deadline stops (a run in review or over budget already waits for a person)
@@ -31,13 +31,17 @@ def _awaits_approval(run_id: UUID | str) -> bool:
 def run_lease_expire(*, run_id: UUID | str, actor: str = "system:reaper") -> Run | None:
     """The reaper's work for one run: the kernel's `ledger_lease_expire` (the recovery rules, a
     new epoch that fences the lost worker, interrupted or needs_review), the tool side asked
-    before it (runs.services.recovery); then the run is offered to the workers again."""
+    before it (runs.services.recovery); then the run is offered to the workers again. A holder
+    still journalling under its expired lease is left alone until the next sweep (None)."""
     tools = lookup_tools()
-    run = with_tool_side_answers(
-        lambda answers: kernel.lease_expire(
-            run_id=run_id, actor=actor, answers=answers, lookup_tools=tools
+    try:
+        run = with_tool_side_answers(
+            lambda answers: kernel.lease_expire(
+                run_id=run_id, actor=actor, answers=answers, lookup_tools=tools
+            )
         )
-    )
+    except HolderStillJournalling:
+        return None
     if run is not None and run.status == RunStatus.INTERRUPTED and not _awaits_approval(run.pk):
         # (a run whose step waits for people is offered again by the decision itself)
         _offer_on_commit(run, reason="interrupted")

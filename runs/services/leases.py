@@ -15,8 +15,9 @@ from typing import Any
 from uuid import UUID
 
 from runs import kernel
+from runs.api_errors import ApplicationError
 from runs.models import Run, Step
-from runs.services.recovery import lookup_tools, with_tool_side_answers
+from runs.services.recovery import HolderStillJournalling, lookup_tools, with_tool_side_answers
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,9 @@ def run_lease_acquire(
     """Grant the lease, fencing every earlier holder with a new epoch.
 
     A lease after an expired one (or after the reaper interrupted the run, or a restart of the
-    holder) runs the recovery rules first and counts one recovery.
+    holder) runs the recovery rules first and counts one recovery. A holder still journalling
+    under its expired lease (runs.services.recovery.HolderStillJournalling) is refused like a
+    live one: 409 `lease_held`, nothing changed.
     """
     tools = lookup_tools()
 
@@ -48,7 +51,10 @@ def run_lease_acquire(
             lookup_tools=tools,
         )
 
-    run, recovered = with_tool_side_answers(grant)
+    try:
+        run, recovered = with_tool_side_answers(grant)
+    except HolderStillJournalling as busy:
+        raise _still_journalling(run_id, busy) from None
     assert run.lease_expires_at is not None
     journal = list(Step.objects.filter(run_id=run.pk).order_by("index")) if run.step_count else []
     return LeaseGrant(
@@ -63,3 +69,19 @@ def run_lease_acquire(
 def run_heartbeat(*, run_id: UUID | str, epoch: int) -> kernel.HeartbeatAnswer:
     """Extend the lease; no event (a heartbeat changes no state anyone reviews)."""
     return kernel.heartbeat(run_id=run_id, epoch=epoch)
+
+
+def _still_journalling(run_id: UUID | str, busy: HolderStillJournalling) -> ApplicationError:
+    holder = Run.objects.filter(pk=run_id).only("lease_worker", "lease_expires_at").first()
+    expires_at = holder.lease_expires_at if holder else None
+    return ApplicationError(
+        "lease_held",
+        "The run's holder is still journalling writes under its expired lease; try again once "
+        "it has stopped.",
+        details={
+            "worker": holder.lease_worker if holder else None,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+            "reason": "still_journalling",
+            "steps": [step["index"] for step in busy.steps],
+        },
+    )

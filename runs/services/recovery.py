@@ -10,6 +10,12 @@ answers. An answer that changed meanwhile is no worse than one read a moment ear
 lock: a key that completes afterwards is recorded by the gateway under the old epoch (refused,
 fenced) and reconciled from the key at the step's next invoke or recovery.
 
+A lost holder that is not lost after all keeps journalling new writes under its expired lease,
+so each statement finds a step it has not been told about yet. After ASK_ROUNDS rounds the
+asking stops with `HolderStillJournalling`, and nothing has changed: the lease answers 409
+`lease_held` (the holder is evidently still at work; docs/api.md), the reaper leaves the run for
+its next sweep.
+
 Locks: none. The callers (runs.services.leases, runs.services.enforcement) call this between
 two kernel statements, outside any transaction of their own.
 """
@@ -26,8 +32,18 @@ from runs.recovery import key_state_lookup
 from tools.lookups import tool_lookup
 
 # a statement that keeps finding new steps to ask about (its lost holder still journalling
-# under the old epoch) is asked again a few times, then answered as it stands
+# under the old epoch) is asked again this many times, then given up (HolderStillJournalling)
 ASK_ROUNDS = 4
+
+
+class HolderStillJournalling(Exception):
+    """The statement still asked about new steps after ASK_ROUNDS rounds of answers: the run's
+    holder keeps journalling writes under its expired lease. Nothing was changed. `steps`: what
+    the last statement asked about."""
+
+    def __init__(self, steps: list[dict[str, Any]]) -> None:
+        super().__init__(f"still asking after {ASK_ROUNDS} rounds, about steps {steps}")
+        self.steps = steps
 
 
 def lookup_tools() -> list[str]:
@@ -60,11 +76,15 @@ def recovery_asked(steps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def with_tool_side_answers[T](statement: Callable[[dict[str, Any]], T]) -> T:
-    """`statement(answers)`, asked again with the tool side's answers while it asks for them."""
+    """`statement(answers)`, sent again with the tool side's answers while it asks for them, at
+    most ASK_ROUNDS times; then HolderStillJournalling."""
     answers: dict[str, Any] = {}
     for _ in range(ASK_ROUNDS):
         try:
             return statement(answers)
         except kernel.AskToolSide as ask:
             answers.update(recovery_asked(ask.steps))
-    return statement(answers)
+    try:
+        return statement(answers)
+    except kernel.AskToolSide as ask:
+        raise HolderStillJournalling(ask.steps) from None

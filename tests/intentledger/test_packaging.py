@@ -1,6 +1,6 @@
 """What installing our software puts beside other packages, checked in the project's virtualenv.
 
-The SDK (`intentledger`, sdk/) brings httpx and nothing else into an agent process; the server
+The SDK (`intentledger`, sdk/) brings urllib3 and nothing else into an agent process; the server
 and the SDK carry one version (sdk/VERSION); and no top-level package of ours has the import name
 of someone else's distribution, as our Django app `agents` had the OpenAI Agents SDK's: installed
 side by side, one of the two `agents/__init__.py` files overwrote the other.
@@ -59,9 +59,8 @@ def test_the_collision_check_names_our_old_app_name_and_the_distribution_it_shad
     assert claimed_by_others({"agents", "support_agent"}) == {"agents": ["openai-agents"]}
 
 
-# httpx imports these when they are installed, to decode a response or speak HTTP/2 or SOCKS
-# (not its `cli` extra: the SDK keeps httpx's command line, click and rich, unimported)
-HTTPX_OPTIONAL = ("brotli", "zstd", "http2", "socks")
+# urllib3 imports these when they are installed, to decode a response or speak HTTP/2 or SOCKS
+URLLIB3_OPTIONAL = ("brotli", "zstd", "h2", "socks")
 
 
 def requirement_closure(distribution: str, extras: dict[str, tuple[str, ...]]) -> set[str]:
@@ -90,13 +89,13 @@ import json, sys
 before = set(sys.modules)
 import intentledger
 on_import = {m.split(".")[0] for m in set(sys.modules) - before}
-intentledger.Ledger("http://127.0.0.1:9", "token")  # builds the client: httpx is imported now
+intentledger.Ledger("http://127.0.0.1:9", "token")  # builds the client: urllib3 is imported now
 on_client = {m.split(".")[0] for m in set(sys.modules) - before}
 print(json.dumps([sorted(on_import), sorted(on_client)]))
 """
 
 
-def test_the_sdk_loads_nothing_but_the_standard_library_until_a_client_then_httpx_and_its_own(
+def test_the_sdk_loads_nothing_but_the_standard_library_until_a_client_then_urllib3_and_its_own(
     tmp_path,
 ) -> None:
     out = subprocess.run(
@@ -106,9 +105,10 @@ def test_the_sdk_loads_nothing_but_the_standard_library_until_a_client_then_http
         {m for m in modules if m not in sys.stdlib_module_names}
         for modules in json.loads(out.stdout)
     )
-    assert on_import == {"intentledger"}  # not even httpx (nor Django, Celery, ...)
-    assert "httpx" in on_client
-    allowed = requirement_closure("intentledger", {"httpx": HTTPX_OPTIONAL})
+    assert on_import == {"intentledger"}  # not even urllib3 (nor Django, Celery, ...)
+    assert "urllib3" in on_client
+    assert "httpx" not in on_client
+    allowed = requirement_closure("intentledger", {"urllib3": URLLIB3_OPTIONAL})
     owners = importlib.metadata.packages_distributions()
     foreign = {
         module: owners.get(module)

@@ -104,7 +104,7 @@ def installed(python: Path) -> set[str]:
     return {p["name"].lower().replace("_", "-") for p in json.loads(listed)}
 
 
-def test_the_wheel_holds_intentledger_and_its_metadata_and_requires_httpx_alone(
+def test_the_wheel_holds_intentledger_and_its_metadata_and_requires_urllib3_alone(
     wheel: Path,
 ) -> None:
     with zipfile.ZipFile(wheel) as archive:
@@ -115,7 +115,7 @@ def test_the_wheel_holds_intentledger_and_its_metadata_and_requires_httpx_alone(
     assert top_level == {"intentledger", dist_info}
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     unconditional = [line for line in requires if "extra ==" not in line]
-    assert unconditional == ["Requires-Dist: httpx>=0.28"]
+    assert unconditional == ["Requires-Dist: urllib3>=2"]
 
 
 PROBE = """
@@ -150,7 +150,7 @@ def test_every_extra_brings_the_frameworks_and_no_server_package(with_every_extr
     names = installed(with_every_extra)
     assert {
         "intentledger",
-        "httpx",
+        "urllib3",
         "openai-agents",
         "pydantic-ai-slim",
         "langgraph",

@@ -194,6 +194,58 @@ def test_after_a_django_request_the_wsgi_door_sends_no_health_check_before_its_s
     assert health_checks == []
 
 
+def _terminate(pid: int) -> None:
+    """pg_terminate_backend from an admin connection, waiting until the backend has gone."""
+    import psycopg
+
+    settings = connection.settings_dict
+    with psycopg.connect(
+        host=settings["HOST"] or "127.0.0.1",
+        port=settings["PORT"] or 5432,
+        user=settings["USER"] or "root",
+        dbname="postgres",
+        autocommit=True,
+    ) as admin:
+        (gone,) = admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid]).fetchone() or [0]
+    assert gone is True
+
+
+def test_a_connection_whose_backend_was_terminated_is_replaced_before_the_call(
+    transactional_db: Any, api: APIClient, worker_token: str
+) -> None:
+    """PostgreSQL restarted, or an admin ended the backend, between two calls: the door's socket
+    check finds the kept connection dead and the call runs on a fresh one. A lease is the call
+    the door never sends twice (a repeat would count a recovery), and the query above has done
+    Django's own check for this request, so without the door's it would have answered 503."""
+    journal = JournalClient(api)
+    run_id = journal.create()["id"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (kept,) = cursor.fetchone()
+    _terminate(kept)
+    body = json.dumps({"worker": "w-1"}).encode()
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": f"/api/v1/runs/{run_id}/lease",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_AUTHORIZATION": f"Bearer {worker_token}",
+        "wsgi.input": io.BytesIO(body),
+    }
+    answered: list[str] = []
+
+    def django_app(*_: Any) -> list[bytes]:
+        raise AssertionError("declined to Django")
+
+    chunks = HotPathWSGI(django_app)(environ, lambda status, _: answered.append(status))
+
+    assert answered == ["200 OK"]
+    assert json.loads(b"".join(chunks))["epoch"] == 1
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        assert cursor.fetchone()[0] != kept
+
+
 def test_create_and_complete_check_the_token_in_their_first_statement(
     transactional_db: Any, api: APIClient, worker_token: str
 ) -> None:

@@ -6,7 +6,11 @@ interrupted (sent once, with the same key). A lookup that is late (2 s) or fails
 answer": recorded, and the step stays in review for a person.
 """
 
+import http.server
+import json
+import threading
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from rest_framework.test import APIClient
@@ -160,3 +164,113 @@ def test_the_tool_is_asked_while_nobody_holds_the_runs_lock(
 
     assert LOCK_WHILE_ASKED == ["free"]
     assert Step.objects.get(run_id=run_id, index=0).state == "interrupted"  # absent: sent once
+
+
+def still_journalling_lookup(key: str) -> str:
+    """A provider's lookup asked while the run's holder, not lost after all, journals one more
+    write under its expired lease each time (the key begins with the run's id). Asked in a
+    thread of its own (tools.lookups), on a connection of its own."""
+    from django.db import connection
+
+    from runs import kernel
+
+    try:
+        run = Run.objects.get(pk=key.split(":")[0])
+        kernel.step_intent(
+            run_id=run.pk,
+            epoch=run.epoch,
+            index=run.step_count,
+            kind="tool",
+            name="email.send",
+            effect="write",
+            enforced_by="nobody",
+            arguments={"to": f"customer-{run.step_count}"},
+            actor="worker:w-7",
+        )
+    finally:
+        connection.close()
+    return "absent"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("by", ["reaper", "new lease"])
+def test_a_holder_that_keeps_journalling_while_recovery_asks_is_refused_and_nothing_changes(
+    api: APIClient, fake_clock: Any, settings: Any, by: str
+) -> None:
+    """Each answer the tool side gives, the holder has written another step to ask about: after
+    a few rounds the asking stops. The new lease is refused as if the lease were live (409
+    lease_held, the holder named); the reaper leaves the run for its next sweep."""
+    settings.LEDGER_TOOL_LOOKUPS = {
+        "email.send": "tests.runs.test_recovery_lookups.still_journalling_lookup"
+    }
+    run_id, _key = _run_killed_while_sending(api, name="email.send", enforced_by="nobody")
+    fake_clock.advance(seconds=31)
+
+    if by == "reaper":
+        assert reaper_task() == 0
+    else:
+        refused = JournalClient(api).lease(run_id, worker="w-9")
+        assert refused.status_code == 409
+        error = refused.json()["error"]
+        assert error["code"] == "lease_held"
+        assert error["details"]["worker"] == "w-7"
+        assert error["details"]["reason"] == "still_journalling"
+
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.epoch, run.lease_worker, run.used_recoveries) == (
+        "running",
+        1,
+        "w-7",
+        0,
+    )
+    # one step more per round of answers, every one still open: nobody decided anything
+    assert run.step_count == 1 + 4
+    assert set(Step.objects.filter(run_id=run_id).values_list("state", flat=True)) == {"intent"}
+
+    settings.LEDGER_TOOL_LOOKUPS = {"email.send": "tests.review.lookup_fixtures.provider_lookup"}
+    granted = JournalClient(api).lease(run_id, worker="w-9")  # the holder has stopped now
+    assert granted.status_code == 200
+    assert granted.json()["epoch"] == 2 and granted.json()["recovered"] is True
+
+
+class _KeysAPI(http.server.BaseHTTPRequestHandler):
+    """A provider's key API: `GET /keys/<key>` answers {"state": ...} for the keys it knows."""
+
+    states: dict[str, str] = {}
+
+    def do_GET(self) -> None:
+        key = unquote(self.path.removeprefix("/keys/"))
+        body = json.dumps({"state": self.states[key]} if key in self.states else {}).encode()
+        self.send_response(200 if key in self.states else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_lookup_by_url_is_asked_for_the_key_and_anything_but_a_state_is_no_answer(
+    settings: Any,
+) -> None:
+    from tools.lookups import tool_lookup
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeysAPI)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    template = f"http://127.0.0.1:{server.server_address[1]}/keys/{{key}}"
+    settings.LEDGER_TOOL_LOOKUPS = {"email.send": template, "sms.send": "http://127.0.0.1:9/{key}"}
+    _KeysAPI.states = {"run-1:0:email.send:abc": "completed"}
+    try:
+        sent = tool_lookup("email.send", "run-1:0:email.send:abc")
+        unknown = tool_lookup("email.send", "run-1:1:email.send:def")
+        down = tool_lookup("sms.send", "run-1:2:sms.send:ghi")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert sent is not None and (sent.state, sent.source) == ("completed", template)
+    assert unknown is not None and unknown.state == "no_answer"
+    assert "HTTP 404" in unknown.detail
+    assert down is not None and down.state == "no_answer"
+    assert "Connection refused" in down.detail or "NewConnectionError" in down.detail

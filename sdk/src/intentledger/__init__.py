@@ -7,7 +7,7 @@
         run.tool("email.send", {"to": "a@b.example", "subject": "Hi", "body": "..."})
         run.output = {"ok": True}
 
-Django-free; depends on httpx only (imported when the first Ledger is built). `Ledger` journals
+Django-free; depends on urllib3 only (imported when the first Ledger is built). `Ledger` journals
 over HTTP; `Ledger(transport=...)` takes another `Transport` (the server's in-process one).
 """
 

@@ -1,69 +1,70 @@
 """HTTP to the ledger (the default transport, the public contract): JSON in and out, typed
 errors, retries with backoff for idempotent calls.
 
-httpx is imported when the first client is built, not when `intentledger` is imported, so an
+The wire is urllib3's connection pool: one keep-alive connection per thread that calls (the
+run's, its heartbeat's), TLS verified against the system's trust store (`SSL_CERT_FILE` and
+`SSL_CERT_DIR` honoured) with one context per client, proxies from the environment
+(`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`), no redirects followed. httpx was the
+wire before; bench/SERVERS.md measures the agent's CPU per call over each.
+
+urllib3 is imported when the first client is built, not when `intentledger` is imported, so an
 agent process that only imports the SDK pays nothing for it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
+import json as jsonlib
 import random
-import sys
 import time
-import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode, urlsplit
 
 from intentledger._transport import StepIntent, StepOutcome, ToolCall
 from intentledger.errors import LedgerError, LedgerUnavailable, error_from_response
 
 if TYPE_CHECKING:
-    import httpx
+    import urllib3
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 # 502 from the gateway is the tool's own stored failure (`tool_failed`), not an outage
 GATEWAY_RETRY_STATUSES = frozenset({500, 503, 504})
+# connections kept per client: the run's thread, its heartbeat, an integration's worker threads
+POOL_SIZE = 10
 
 
-def tls_verification(url: str) -> Any:
-    """What an httpx client for `url` verifies TLS with (its `verify`).
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment names for `url` (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`; none
+    for a host `NO_PROXY` lists), as curl, requests and httpx read them."""
+    import urllib.request
 
-    Over https, httpx's default: the CA bundle. Over plain http no TLS is spoken, yet httpx
-    loads the bundle for every client it builds, about 40 ms of CPU, a tenth of an agent
-    process's start; a context that trusts nobody stands in, so a redirect to https would fail
-    its check rather than pass unchecked.
-    """
-    if not url.lower().startswith("http://"):
-        return True
-    import ssl
-
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificates, knows no CA
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme.lower()) or proxies.get("all")
+    if not proxy or urllib.request.proxy_bypass(parts.netloc):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
 
 
-def import_httpx() -> Any:
-    """httpx, without its command-line tool: its __init__ imports `httpx._main` (click, rich,
-    pygments; ~80 ms, a quarter of a worker's restart). A placeholder stands in for it during the
-    import and loads the real CLI if anyone ever calls `httpx.main`.
-    """
-    if "httpx" in sys.modules:
-        return sys.modules["httpx"]
-    placeholder = types.ModuleType("httpx._main")
+def connection_pool(url: str, timeout: float) -> urllib3.PoolManager | urllib3.HTTPConnectionPool:
+    """Where the calls to `url` go: a pool of kept connections to the ledger, or through the
+    environment's proxy. No retries or redirects of its own (HttpTransport.request retries)."""
+    import urllib3
 
-    def main(*args: Any, **kwargs: Any) -> Any:
-        sys.modules.pop("httpx._main", None)
-        real = importlib.import_module("httpx._main")
-        return real.main(*args, **kwargs)
+    options: dict[str, Any] = {
+        "timeout": urllib3.Timeout(connect=timeout, read=timeout),
+        "maxsize": POOL_SIZE,
+        "retries": False,
+    }
+    if url.lower().startswith("https://"):
+        import ssl  # (not at `import intentledger`: a tenth of its import time)
 
-    placeholder.main = main  # type: ignore[attr-defined]
-    sys.modules.setdefault("httpx._main", placeholder)
-    try:
-        import httpx
-    finally:
-        if sys.modules.get("httpx._main") is placeholder:
-            del sys.modules["httpx._main"]
-    return httpx
+        options["ssl_context"] = ssl.create_default_context()  # built once, not per connection
+    proxy = proxy_for(url)
+    if proxy is not None:
+        return urllib3.ProxyManager(proxy, **options)
+    return urllib3.connection_from_url(url, **options)
 
 
 @dataclass(frozen=True)
@@ -90,21 +91,29 @@ class HttpTransport:
         backoff: float,
         max_backoff: float = 2.0,
     ) -> None:
-        self._httpx = import_httpx()
+        import urllib3
+
+        self._errors = urllib3.exceptions
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
-        self.client: httpx.Client = self._httpx.Client(
-            base_url=self.url,
-            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-            timeout=timeout,
-            verify=tls_verification(self.url),
-        )
+        self.pool = connection_pool(self.url, timeout)
+        # a pool takes paths; through a proxy the manager takes whole URLs
+        if isinstance(self.pool, urllib3.PoolManager):
+            self._base, self._close = self.url, self.pool.clear
+        else:
+            self._base, self._close = urlsplit(self.url).path, self.pool.close
+        self._timeout = urllib3.Timeout(connect=timeout, read=timeout)
+        self._headers = {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+        }
 
     def close(self) -> None:
-        self.client.close()
+        self._close()
 
     def request(
         self,
@@ -124,46 +133,52 @@ class HttpTransport:
         A call that is not idempotent is retried only when the connection was never made
         (the request cannot have reached the server).
         """
-        httpx = self._httpx
+        body = None if json is None else _dumps(json)
+        target = self._base + path + (f"?{urlencode(params)}" if params else "")
+        sent = {**self._headers, **headers} if headers else self._headers
         attempt = 0
-        last: str = ""
         while True:
             try:
-                response = self.client.request(
+                response = self.pool.urlopen(
                     method,
-                    path,
-                    json=json,
-                    headers=headers,
-                    params=params,
-                    timeout=self.client.timeout if timeout is None else timeout,
+                    target,
+                    body=body,
+                    headers=sent,
+                    retries=False,
+                    redirect=False,
+                    timeout=self._timeout if timeout is None else timeout,
                 )
-            except httpx.TransportError as exc:
-                never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
-                last = f"{type(exc).__name__}: {exc}"
+            except self._errors.HTTPError as exc:
+                # a refused or timed-out connection, a name that does not resolve, an unreachable
+                # proxy: the request never left
+                never_sent = isinstance(
+                    exc, self._errors.ConnectTimeoutError | self._errors.ProxyError
+                )
                 if (idempotent or never_sent) and attempt < self.retries:
                     self._sleep(attempt)
                     attempt += 1
                     continue
                 raise LedgerUnavailable(
                     f"The ledger at {self.url} is unreachable after {attempt + 1} attempt(s) "
-                    f"({last}). Check INTENTLEDGER_URL and that the server is running.",
+                    f"({type(exc).__name__}: {exc}). Check INTENTLEDGER_URL and that the server "
+                    "is running.",
                     code="ledger_unavailable",
                 ) from exc
-            body = _json_of(response)
-            if response.status_code in accept:
-                return Response(response.status_code, body, dict(response.headers))
-            if response.status_code in retry_on and idempotent and attempt < self.retries:
-                last = f"HTTP {response.status_code}"
+            status = response.status
+            answer = _json_of(status, response.data)
+            if status in accept:
+                return Response(status, answer, {k.lower(): v for k, v in response.headers.items()})
+            if status in retry_on and idempotent and attempt < self.retries:
                 self._sleep(attempt, retry_after=response.headers.get("Retry-After"))
                 attempt += 1
                 continue
-            error = error_from_response(response.status_code, body)
-            if response.status_code in retry_on:
+            error = error_from_response(status, answer)
+            if status in retry_on:
                 raise LedgerUnavailable(
-                    f"The ledger at {self.url} answered {response.status_code} after "
+                    f"The ledger at {self.url} answered {status} after "
                     f"{attempt + 1} attempt(s): {error.message}",
                     code=error.code,
-                    status=response.status_code,
+                    status=status,
                     details=error.details,
                 )
             raise error
@@ -267,13 +282,19 @@ class HttpTransport:
         time.sleep(delay * (0.5 + random.random() / 2))
 
 
-def _json_of(response: httpx.Response) -> Any:
-    if not response.content:
+def _dumps(value: Any) -> bytes:
+    """The body as httpx sent it: compact JSON, UTF-8, no NaN (the ledger refuses it)."""
+    return jsonlib.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _json_of(status: int, content: bytes) -> Any:
+    if not content:
         return None
     try:
-        return response.json()
+        return jsonlib.loads(content)
     except ValueError:
-        return {"error": {"code": f"http_{response.status_code}", "message": response.text[:300]}}
+        text = content[:300].decode("utf-8", "replace")
+        return {"error": {"code": f"http_{status}", "message": text}}
 
 
 __all__ = ["HttpTransport", "LedgerError", "Response"]

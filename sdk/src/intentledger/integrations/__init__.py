@@ -5,7 +5,7 @@
     from intentledger.integrations.langgraph import journalled           # ... [langgraph]
 
 Each module imports its framework when it is imported itself, never from here, so
-`import intentledger` stays httpx-only. What they share (the step's idempotency key, the checks
+`import intentledger` stays urllib3-only. What they share (the step's idempotency key, the checks
 that a value can be journalled) lives in `intentledger.integrations._core`.
 """
 
