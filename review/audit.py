@@ -10,6 +10,7 @@ from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from review.models import AuditEntry
@@ -31,18 +32,25 @@ def audit_record(
     target: str = "",
     note: str = "",
     details: dict[str, Any] | None = None,
+    team: Any = None,
 ) -> AuditEntry:
     """Write one audit entry. Call it inside the action's transaction (it joins it).
 
     actor: the user (or a name such as "system:retention" for scheduled work); action: a short
     dotted verb ("step.resolve", "policy.update", "token.revoke"); target: what it acted on
-    ("run:<uuid>", "step:<uuid>#3", "policy:7", "token:4").
+    ("run:<uuid>", "step:<uuid>#3", "policy:7", "token:4"). team: the team (or its id) the
+    entry is filed in; by default a run's or a step's target's run's team, else the one team
+    the transaction names (teams.scope).
     """
     if not action:
         raise ValueError("audit_record needs an action")
     user: Any = actor if isinstance(actor, AbstractBaseUser) else None
+    team_id = getattr(team, "pk", team)
+    if team_id is None:
+        team_id = _team_of_target(target)
     with transaction.atomic():
         return AuditEntry.objects.create(
+            team_id=team_id,
             actor=user,
             actor_name=_actor_name(actor),
             action=action,
@@ -50,6 +58,20 @@ def audit_record(
             note=(note or "").strip(),
             details=details or {},
         )
+
+
+def _team_of_target(target: str) -> int | None:
+    """The team of a run's (or a run's step's) target, read from the run; None otherwise."""
+    kind, _, rest = target.partition(":")
+    if kind not in ("run", "step") or not rest:
+        return None
+    from runs.models import Run
+
+    run_id = rest.split("#", 1)[0]
+    try:
+        return Run.objects.filter(pk=run_id).values_list("team_id", flat=True).first()
+    except (ValueError, ValidationError):
+        return None
 
 
 __all__ = ["AuditEntry", "audit_record"]

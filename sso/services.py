@@ -24,6 +24,8 @@ from review.roles import GROUP_PERMISSIONS
 from runs.api_errors import ApplicationError
 from sso.conf import SsoSettings, claim_values, mapped_groups
 from sso.models import OidcIdentity
+from teams.models import default_team
+from teams.services import GROUP_ROLE, roles_set_in
 
 AUDIT_CLAIM_VALUES = 50  # an Entra user may carry hundreds of group ids; the entry keeps these
 
@@ -83,6 +85,8 @@ def _groups_set(user: User, names: set[str]) -> tuple[list[str], list[str]]:
     before = set(user.groups.values_list("name", flat=True))
     if before != names:
         user.groups.set(Group.objects.filter(name__in=names))
+    # a group stands for its role in `default` (the roles a person holds per team: teams/)
+    roles_set_in(user, default_team(), {GROUP_ROLE[n] for n in names if n in GROUP_ROLE})
     return sorted(names - before), sorted(before - names)
 
 

@@ -33,7 +33,7 @@ from sso.models import OidcIdentity
 
 log = logging.getLogger(__name__)
 
-SESSION_BACKEND = "django.contrib.auth.backends.ModelBackend"
+SESSION_BACKEND = "teams.backends.TeamRoleBackend"
 
 
 def _conf_or_404() -> SsoSettings:

@@ -15,6 +15,8 @@ from runs.services.creation import run_create
 from runs.services.enforcement import run_lease_expire
 from runs.services.leases import run_lease_acquire
 from runs.services.steps import step_intent_record, step_outcome_record
+from teams.models import default_team
+from teams.services import GROUP_ROLE, grant_role
 
 PASSWORD = "correct-horse-battery-9"
 
@@ -35,7 +37,7 @@ def user_in(group: str | None, username: str | None = None, email: str = "") -> 
     user.email = email or user.email
     user.save()
     if group:
-        user.groups.add(Group.objects.get(name=group))
+        grant_role(user, default_team(), GROUP_ROLE[group], actor="tests")
     return user
 
 
