@@ -26,8 +26,9 @@ class AuditEntry(models.Model):
     target = models.CharField(max_length=300, blank=True, default="")
     note = models.TextField(blank=True, default="")
     details = models.JSONField(default=dict, blank=True)
-    # the team the action was in (an org-wide action: the team the actor acted from)
-    team = TeamField()
+    # the team the action was in; none: an org-wide action (a sign-in, a person's account), which
+    # only the every-team scope (org admins) sees (teams/sql/boundary.sql)
+    team = TeamField(null=True)
 
     class Meta:
         verbose_name_plural = "audit entries"

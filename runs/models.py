@@ -76,13 +76,13 @@ class BudgetPolicy(models.Model):
             models.UniqueConstraint(
                 fields=["team", "name"],
                 name="policy_name_unique_per_team",
-                violation_error_message="This team has a policy of this name already.",
+                violation_error_message="Budget policy with this Name already exists.",
             ),
             models.UniqueConstraint(
                 fields=["team", "agent"],
                 condition=Q(agent__isnull=False),
                 name="policy_agent_unique_per_team",
-                violation_error_message="This agent has a policy already.",
+                violation_error_message="Budget policy with this Agent already exists.",
             ),
             *budget_limit_checks(
                 "max", name="policy_limits_positive", cost_name="policy_cost_positive"

@@ -41,6 +41,8 @@ EVERY_TEAM_USES: dict[str, str] = {
     "org admin": "an org admin (superuser) manages every team",
     "sweeps": "beat's sweeps (escalations, approval expiry, exports' expiry, webhook delivery, "
     "the overview's rollup, journal partitions) go over every team's rows, each row in its team",
+    "task dispatch": "a Celery task given a row's id (a run, an export job) reads which team it "
+    "is in, then does its work under that team",
     "operator command": "a management command an operator runs over the whole ledger",
     "tests": "the test suite's default: tests that name no team see every team",
 }
@@ -159,6 +161,21 @@ _READS_NO_ROW = re.compile(
     r"|UNLISTEN|CHECKPOINT|SHOW|RESET|DISCARD)\b)",
     re.IGNORECASE,
 )
+
+
+def team_of(model: Any, pk: Any) -> int | None:
+    """The team of row `pk` of `model` (None: no such row), read in every team: for a task that
+    is handed an id and then works under the row's team (`task dispatch`)."""
+    with every_team("task dispatch"):
+        return model._base_manager.filter(pk=pk).values_list("team_id", flat=True).first()
+
+
+@contextmanager
+def team_of_row(model: Any, pk: Any) -> Iterator[Scope]:
+    """The enclosed code runs under the team of row `pk` (none when there is no such row)."""
+    team = team_of(model, pk)
+    with using(NONE if team is None else scope_for_teams((team,))) as scope:
+        yield scope
 
 
 class ScopeSender:

@@ -121,6 +121,26 @@ def roles_of(user: Any) -> dict[int, frozenset[str]]:
     return dict(frozen)
 
 
+def group_names_of(user: Any) -> frozenset[str]:
+    """The dashboard groups (review.roles) standing for the roles `user` holds, in any team."""
+    role_group = {role: group for group, role in GROUP_ROLE.items()}
+    return frozenset(role_group[r] for held in roles_of(user).values() for r in held)
+
+
+def resolvers_in(team_id: int | None = None) -> Any:
+    """Active people who may decide review items (a role granting review.resolve) in `team_id`,
+    or in any team the scope sees."""
+    from django.contrib.auth import get_user_model
+
+    from review.roles import GROUP_PERMISSIONS
+
+    roles = [GROUP_ROLE[g] for g, perms in GROUP_PERMISSIONS.items() if "resolve" in perms]
+    people = get_user_model()._default_manager.filter(is_active=True, team_roles__role__in=roles)
+    if team_id is not None:
+        people = people.filter(team_roles__team_id=team_id)
+    return people.distinct()
+
+
 def _forget_roles(user: Any) -> None:
     for attr in ("_team_roles", "_perm_cache", "_group_perm_cache", "_user_perm_cache"):
         if hasattr(user, attr):

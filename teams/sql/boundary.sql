@@ -21,7 +21,8 @@ $$;
 -- BEFORE INSERT: a row whose team_id is NULL gets its parent's team (TG_ARGV[0]: 'run',
 -- 'ticket', 'webhook', 'incident'), or for a top-level row ('home') the transaction's one named
 -- team; TG_ARGV[1] = 'check': a team given by the writer must be the parent's (the journal's
--- tables need no check: their composite key to the run holds the team, runs/migrations/0011).
+-- tables need no check: their composite key to the run holds the team, runs/migrations/0011);
+-- 'org': a top-level row of no team is org-wide (audit entries of sign-ins and accounts).
 CREATE OR REPLACE FUNCTION teams_team_fill() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -30,7 +31,7 @@ BEGIN
     IF TG_ARGV[0] = 'home' THEN
         IF NEW.team_id IS NULL THEN
             NEW.team_id := NULLIF(current_setting('ledger.team', true), '')::bigint;
-            IF NEW.team_id IS NULL THEN
+            IF NEW.team_id IS NULL AND TG_ARGV[1] IS DISTINCT FROM 'org' THEN
                 RAISE EXCEPTION '%: a new row needs its team, and the transaction names no single team', TG_TABLE_NAME
                     USING ERRCODE = 'not_null_violation', HINT = 'Name the team (team=...) or write under teams.scope.team_scope.';
             END IF;
@@ -63,15 +64,25 @@ END
 $$;
 
 -- Row-level security on one table: enabled and forced (the table's owner is bound too), one
--- policy for every command, keyed on ledger.teams.
-CREATE OR REPLACE FUNCTION teams_boundary_apply(p_table regclass) RETURNS void
+-- policy for every command, keyed on ledger.teams. p_org_rows: a row of no team (org-wide: a
+-- sign-in's audit entry) may be written by anyone, and is seen with `default`'s rows (so an
+-- install of one team sees its audit log as before) and by the every-team scope.
+DROP FUNCTION IF EXISTS teams_boundary_apply(regclass);
+CREATE OR REPLACE FUNCTION teams_boundary_apply(p_table regclass, p_org_rows boolean DEFAULT false)
+RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', p_table);
     EXECUTE format('ALTER TABLE %s FORCE ROW LEVEL SECURITY', p_table);
     EXECUTE format('DROP POLICY IF EXISTS team_boundary ON %s', p_table);
-    EXECUTE format('CREATE POLICY team_boundary ON %s USING (teams_visible(team_id)) '
-        'WITH CHECK (teams_visible(team_id))', p_table);
+    IF p_org_rows THEN
+        EXECUTE format('CREATE POLICY team_boundary ON %s USING (teams_visible(team_id) '
+            'OR (team_id IS NULL AND teams_visible((SELECT id FROM teams_team WHERE slug = %L)))) '
+            'WITH CHECK (team_id IS NULL OR teams_visible(team_id))', p_table, 'default');
+    ELSE
+        EXECUTE format('CREATE POLICY team_boundary ON %s USING (teams_visible(team_id)) '
+            'WITH CHECK (teams_visible(team_id))', p_table);
+    END IF;
 END
 $$;
 
@@ -97,7 +108,7 @@ BEGIN
         ('tools_ticketcomment', 'ticket', 'check', false),
         ('tools_outboundemail', 'home', NULL, false),
         ('tools_mcptool', 'home', NULL, false),
-        ('review_auditentry', 'home', NULL, false),
+        ('review_auditentry', 'home', 'org', false),
         ('review_escalation', 'run', 'check', false),
         ('review_escalationwebhook', 'home', NULL, false),
         ('review_webhookdelivery', 'webhook', 'check', false),
@@ -114,7 +125,7 @@ BEGIN
             'EXECUTE FUNCTION teams_team_fill(%L%s)', t.name,
             CASE WHEN t.only_when_null THEN 'WHEN (NEW.team_id IS NULL)' ELSE '' END,
             t.source, CASE WHEN t.mode IS NULL THEN '' ELSE format(', %L', t.mode) END);
-        PERFORM teams_boundary_apply(t.name::regclass);
+        PERFORM teams_boundary_apply(t.name::regclass, t.mode = 'org');
         -- a month partition of the journal, read directly, is bound as its parent is
         FOR part IN SELECT inhrelid::regclass AS child FROM pg_inherits
                     WHERE inhparent = t.name::regclass LOOP

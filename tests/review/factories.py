@@ -16,7 +16,7 @@ from runs.services.enforcement import run_lease_expire
 from runs.services.leases import run_lease_acquire
 from runs.services.steps import step_intent_record, step_outcome_record
 from teams.models import default_team
-from teams.services import GROUP_ROLE, grant_role
+from teams.services import GROUP_ROLE, roles_of, roles_set_in
 
 PASSWORD = "correct-horse-battery-9"
 
@@ -37,7 +37,9 @@ def user_in(group: str | None, username: str | None = None, email: str = "") -> 
     user.email = email or user.email
     user.save()
     if group:
-        grant_role(user, default_team(), GROUP_ROLE[group], actor="tests")
+        roles_set_in(
+            user, default_team(), {*roles_of(user).get(default_team().pk, ()), GROUP_ROLE[group]}
+        )
     return user
 
 
