@@ -45,7 +45,8 @@ def run_agent(self: Any, run_id: str, agent: str) -> dict[str, Any]:
     """
     runner = agent_runner(agent)
     worker = f"celery:{self.request.hostname or 'local'}"
-    team = Team.objects.filter(pk=team_of(Run, run_id)).first()
+    team_id = team_of(Run, run_id)
+    team = None if team_id is None else Team.objects.filter(pk=team_id).first()
     if team is None:
         logger.warning("run %s does not exist; nothing to run", run_id)
         return {"run_id": run_id, "status": "not_found", "replayed": 0}

@@ -19,6 +19,7 @@ Every team is seen only by the uses in EVERY_TEAM_USES, each with its reason; `e
 refuses any other.
 """
 
+import functools
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -161,6 +162,28 @@ _READS_NO_ROW = re.compile(
     r"|UNLISTEN|CHECKPOINT|SHOW|RESET|DISCARD)\b)",
     re.IGNORECASE,
 )
+
+
+def command_scope(reason: str, *, home_default: bool = False) -> Any:
+    """A management command's `handle` runs under every team for `reason` (new top-level rows in
+    `default` with home_default: the demo's, and an operator's run started by hand)."""
+
+    def wrap(handle: Any) -> Any:
+        @functools.wraps(handle)
+        def handled(self: Any, *args: Any, **options: Any) -> Any:
+            home = None
+            if home_default:
+                from teams.models import DEFAULT_TEAM_SLUG, Team
+
+                home = (
+                    Team.objects.filter(slug=DEFAULT_TEAM_SLUG).values_list("id", flat=True).first()
+                )
+            with every_team(reason, home=home):
+                return handle(self, *args, **options)
+
+        return handled
+
+    return wrap
 
 
 def team_of(model: Any, pk: Any) -> int | None:

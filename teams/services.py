@@ -12,7 +12,11 @@ from teams.models import Membership, Role, Team
 from teams.scope import every_team, team_scope
 
 # the dashboard's groups (review.roles) and the role each stands for in a team
-GROUP_ROLE = {"supervisors": Role.SUPERVISOR, "admins": Role.ADMIN, "auditors": Role.AUDITOR}
+GROUP_ROLE: dict[str, str] = {
+    "supervisors": Role.SUPERVISOR,
+    "admins": Role.ADMIN,
+    "auditors": Role.AUDITOR,
+}
 
 
 def roles_set_in(user: Any, team: Team | int, roles: Any) -> tuple[list[str], list[str]]:

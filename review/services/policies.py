@@ -175,7 +175,7 @@ def budget_policy_save(
     return _setting_save(
         user=user,
         stored=policy,
-        blank=BudgetPolicy(team_id=home_team_id()),  # a new one: in the team the person works in
+        blank=BudgetPolicy(team_id=home_team_id()),  # type: ignore[misc]  # a new one: in the team the person works in
         fields=POLICY_FIELDS,
         values=values,
         kind="policy",
