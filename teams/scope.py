@@ -153,11 +153,12 @@ def home_team_id() -> int | None:
     return current().home
 
 
-# statements that read no team's row, some of which cannot run in a transaction block (so not
-# behind a second statement either): sent as they are
+# statements that read no team's row, some of which cannot run in a transaction block, or must be
+# its first statement (SET TRANSACTION), so never behind another: sent as they are
 _READS_NO_ROW = re.compile(
     r"\s*(?:(?:CREATE|DROP|ALTER)\s+(?:DATABASE|TABLESPACE|SYSTEM|SUBSCRIPTION|ROLE|USER)\b"
     r"|(?:CREATE|DROP)\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\b"
+    r"|SET\s+(?:TRANSACTION|SESSION\s+CHARACTERISTICS)\b"
     r"|(?:VACUUM|REINDEX|CLUSTER|BEGIN|START|COMMIT|ROLLBACK|END|SAVEPOINT|RELEASE|LISTEN"
     r"|UNLISTEN|CHECKPOINT|SHOW|RESET|DISCARD)\b)",
     re.IGNORECASE,

@@ -10,7 +10,6 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from runs import clock
-from runs.api_errors import ApplicationError
 from runs.canonical import GENESIS_HASH
 from runs.constants import EventType, RunRunner
 from runs.kernel import event_append
@@ -41,10 +40,8 @@ def run_create(
     """
     if team_id is None:
         team_id = home_team_id()
-    if team_id is None:
-        raise ApplicationError(
-            "no_team", "A run belongs to one team, and this call names none.", status_code=400
-        )
+    if team_id is None:  # every worker call runs under its token's team: a caller's bug
+        raise RuntimeError("run_create: a run belongs to one team, and the scope names none")
     if external_id is not None:
         existing = Run.objects.filter(team_id=team_id, agent=agent, external_id=external_id).first()
         if existing is not None:

@@ -133,6 +133,18 @@ def bound_by_rls(db: Any) -> Iterator[None]:
     connects as an ordinary role (the tables' owner: FORCE binds it); when it connects as a
     superuser (which row-level security never binds), it takes an ordinary role for the test
     (SET ROLE, undone with the test's transaction)."""
+    yield from _bound()
+
+
+@pytest.fixture
+def bound_by_rls_committed(transactional_db: Any) -> Iterator[None]:
+    """As `bound_by_rls`, for a test whose statements commit (autocommit): the ordinary role a
+    superuser takes is dropped at the end."""
+    yield from _bound()
+
+
+def _bound() -> Iterator[None]:
+    in_transaction = connection.in_atomic_block
     with connection.cursor() as cursor:
         cursor.execute("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user")
         exempt = cursor.fetchone()[0]
@@ -148,3 +160,6 @@ def bound_by_rls(db: Any) -> Iterator[None]:
         if exempt:
             with connection.cursor() as cursor:
                 cursor.execute("RESET ROLE")
+                if not in_transaction:
+                    cursor.execute(f'DROP OWNED BY "{probe}"')
+                    cursor.execute(f'DROP ROLE "{probe}"')

@@ -7,10 +7,10 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from rest_framework.test import APIClient
 
-from runs.models import Step
+from runs.models import Run, Step
 from teams.scope import NONE, every_team, team_scope, using
 from tests.runs.journal_client import JournalClient
-from tests.teams.conftest import World, team_owned_models
+from tests.teams.conftest import World, team_owned_models, world_of
 
 
 def teams_seen(table: str) -> set[int]:
@@ -147,3 +147,36 @@ def test_the_same_external_id_in_two_teams_is_two_runs(
     assert billing.run.external_id == returns.run.external_id == "order-1"
     assert billing.run.pk != returns.run.pk
     assert (billing.run.team_id, returns.run.team_id) == (billing.team.pk, returns.team.pk)
+
+
+def test_a_server_side_cursor_and_executemany_see_the_scope_too(
+    two_teams: tuple[World, World], bound_by_rls: None
+) -> None:
+    """Statements that cannot carry a second one in their query string (a server-side cursor's
+    DECLARE, executemany) get the scope in a statement of their own, inside the transaction."""
+    billing, returns = two_teams
+    with team_scope(billing.team.pk):
+        assert {r.team_id for r in Run.objects.iterator(chunk_size=1)} == {billing.team.pk}
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                "UPDATE runs_run SET status_reason = %s WHERE agent = %s",
+                [("touched", billing.run.agent), ("touched", returns.run.agent)],
+            )
+    with every_team("tests"):
+        touched = dict(Run.objects.filter(status_reason="touched").values_list("agent", "team"))
+    assert touched == {billing.run.agent: billing.team.pk}
+
+
+def test_in_autocommit_each_statement_names_the_scope(bound_by_rls_committed: None) -> None:
+    """Without a transaction every statement is its own: each carries the scope, a server-side
+    cursor's (WITH HOLD, run at its commit) included."""
+    billing, returns = world_of("billing"), world_of("returns")
+    assert not connection.in_atomic_block
+    with team_scope(returns.team.pk):
+        assert teams_seen("runs_run") == {returns.team.pk}
+        assert {r.team_id for r in Run.objects.iterator(chunk_size=1)} == {returns.team.pk}
+    with using(NONE):
+        assert {r.team_id for r in Run.objects.iterator(chunk_size=1)} == set()
+        assert teams_seen("runs_run") == set()
+    with every_team("tests"):
+        assert teams_seen("runs_run") >= {billing.team.pk, returns.team.pk}
