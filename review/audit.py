@@ -6,6 +6,7 @@ as the action itself, so an action without its entry (or the reverse) cannot be 
 Entries are append-only at the database level (a trigger refuses UPDATE and DELETE). The model is `review.models.AuditEntry`.
 """
 
+from contextlib import nullcontext
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -14,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from review.models import AuditEntry
+from teams.scope import every_team, home_team_id
 
 
 def _actor_name(actor: AbstractBaseUser | AnonymousUser | str | None) -> str:
@@ -48,7 +50,11 @@ def audit_record(
     team_id = getattr(team, "pk", team)
     if team_id is None:
         team_id = _team_of_target(target)
-    with transaction.atomic():
+    if team_id is None:
+        team_id = home_team_id()
+    # an entry of no team (a sign-in, a refusal, an account) is org-wide: written whoever the
+    # actor is, a stranger to every team included (teams.scope, `audit`)
+    with transaction.atomic(), every_team("audit") if team_id is None else nullcontext():
         return AuditEntry.objects.create(
             team_id=team_id,
             actor=user,

@@ -42,6 +42,10 @@ EVERY_TEAM_USES: dict[str, str] = {
     "org admin": "an org admin (superuser) manages every team",
     "sweeps": "beat's sweeps (escalations, approval expiry, exports' expiry, webhook delivery, "
     "the overview's rollup, journal partitions) go over every team's rows, each row in its team",
+    "audit": "an org-wide audit entry (a sign-in, a refusal, an account) is written whoever the "
+    "actor is, a stranger to every team included",
+    "metrics": "the metrics scrape (the operator's METRICS_TOKEN) counts every team's rows",
+    "waiters": "the ?wait= listener re-reads a run its waiter's own call already showed them",
     "task dispatch": "a Celery task given a row's id (a run, an export job) reads which team it "
     "is in, then does its work under that team",
     "operator command": "a management command an operator runs over the whole ledger",
