@@ -215,7 +215,8 @@ class ScopeSender:
     every statement) goes as `<set_config>; <statement>` in one query string, and the cursor is
     moved on to the statement's own result. A server-side cursor's DECLARE and executemany cannot
     carry a second statement: the setting goes first in a statement of its own (in autocommit,
-    for the session, and cleared after: a WITH HOLD cursor's query runs at its commit)."""
+    executemany runs in a transaction of its own; a WITH HOLD cursor, whose query runs at its
+    commit, gets the setting for the session, cleared after)."""
 
     def __init__(self) -> None:
         self.sent: str | None = None  # the setting sent in the open transaction
@@ -246,7 +247,14 @@ class ScopeSender:
     def _separately(
         self, raw: Any, setting: str, execute: Any, sql: Any, params: Any, many: bool, context: Any
     ) -> Any:
+        if raw.autocommit and raw.info.transaction_status == TransactionStatus.IDLE and many:
+            # its statements in one transaction of their own, which the setting opens
+            with raw.transaction(), raw.cursor() as plain:
+                plain.execute(setting)
+                return execute(sql, params, many, context)
         if raw.autocommit and raw.info.transaction_status == TransactionStatus.IDLE:
+            # a WITH HOLD cursor's query runs at its commit: the setting for the session, cleared
+            # after (never behind a transaction pooler, which needs no server-side cursors)
             with raw.cursor() as plain:
                 plain.execute(setting.replace(", true)", ", false)"))
             try:

@@ -178,5 +178,12 @@ def test_in_autocommit_each_statement_names_the_scope(bound_by_rls_committed: No
     with using(NONE):
         assert {r.team_id for r in Run.objects.iterator(chunk_size=1)} == set()
         assert teams_seen("runs_run") == set()
+    with team_scope(returns.team.pk), connection.cursor() as cursor:
+        cursor.executemany(  # its own transaction, which names the scope
+            "UPDATE runs_run SET status_reason = %s WHERE agent = %s",
+            [("touched", billing.run.agent), ("touched", returns.run.agent)],
+        )
     with every_team("tests"):
         assert teams_seen("runs_run") >= {billing.team.pk, returns.team.pk}
+        touched = dict(Run.objects.filter(status_reason="touched").values_list("agent", "team"))
+    assert touched == {returns.run.agent: returns.team.pk}
