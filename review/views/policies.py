@@ -73,7 +73,8 @@ def _policy_saved(policy: BudgetPolicy) -> str:
 def policy_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     """A budget policy's new-and-edit page. It says which policy is the default now: ticking
     the box takes the flag over."""
-    default = BudgetPolicy.objects.filter(is_default=True, team_id=home_team_id()).first()
+    team = home_team_id()
+    default = BudgetPolicy.objects.filter(is_default=True, team_id=team).first() if team else None
     return _setting_page(
         request,
         pk,

@@ -222,7 +222,7 @@ class Migration(migrations.Migration):
             constraint=models.UniqueConstraint(
                 fields=("team", "name"),
                 name="policy_name_unique_per_team",
-                violation_error_message="This team has a policy of this name already.",
+                violation_error_message="Budget policy with this Name already exists.",
             ),
         ),
         migrations.AddConstraint(
@@ -231,7 +231,7 @@ class Migration(migrations.Migration):
                 condition=models.Q(("agent__isnull", False)),
                 fields=("team", "agent"),
                 name="policy_agent_unique_per_team",
-                violation_error_message="This agent has a policy already.",
+                violation_error_message="Budget policy with this Agent already exists.",
             ),
         ),
         migrations.AddConstraint(
