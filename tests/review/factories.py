@@ -37,6 +37,9 @@ def user_in(group: str | None, username: str | None = None, email: str = "") -> 
     user.email = email or user.email
     user.save()
     if group:
+        # the people page's group, and the role in `default` it stands for (as sso.services
+        # keeps them): the permissions come from the role (teams.backends)
+        user.groups.add(Group.objects.get(name=group))
         roles_set_in(
             user, default_team(), {*roles_of(user).get(default_team().pk, ()), GROUP_ROLE[group]}
         )
