@@ -49,6 +49,7 @@ from review.models import AuditEntry
 from review.services.policies import POLICY_FIELDS
 from runs import clock
 from runs.models import ApprovalRule, BudgetPolicy, Run
+from teams.services import group_names_of
 
 GENERATOR = "agent-ledger-server"
 Progress = Callable[[int, int], None]  # (runs written, bytes written)
@@ -168,7 +169,7 @@ class RoleHistory:
                 break
         if held is not None:
             return held, "audit log"
-        return frozenset(g.name for g in user.groups.all()), "current (no recorded change)"
+        return group_names_of(user), "current (no recorded change)"
 
     def role_at(self, username: str, at: datetime) -> str:
         user = self.users.get(username)
@@ -354,7 +355,7 @@ def _people(pack: _Pack, scope: PackScope, roles: RoleHistory) -> None:
                 user.date_joined.isoformat(),
                 "+".join(sorted(start)),
                 "+".join(sorted(end)),
-                "+".join(sorted(g.name for g in user.groups.all())),
+                "+".join(sorted(group_names_of(user))),
                 start_source,
                 user.last_login.isoformat() if user.last_login else "",
             ]

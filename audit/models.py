@@ -7,6 +7,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from teams.fields import TeamField
+
 
 class Checkpoint(models.Model):
     """One signed statement over every run head that changed since the previous checkpoint.
@@ -135,6 +137,7 @@ class ExportJob(models.Model):
     done_runs = models.PositiveIntegerField(default=0)
     bytes_written = models.PositiveBigIntegerField(default=0)
     error = models.TextField(blank=True, default="")
+    team = TeamField()  # the team whose runs it holds
 
     class Meta:
         ordering = ["-created_at"]
@@ -264,6 +267,7 @@ class Incident(models.Model):
     reported_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
+    team = TeamField()
 
     class Meta:
         ordering = ["-opened_at", "-id"]
@@ -312,6 +316,7 @@ class IncidentRun(models.Model):
     pk = models.CompositePrimaryKey("run_id", "incident")
     run_id = models.UUIDField()
     incident = models.ForeignKey(Incident, on_delete=models.PROTECT, related_name="runs")
+    team = TeamField(db_constraint=False, db_index=False)  # its incident's (teams_team_fill checks)
 
     def __str__(self) -> str:
         return f"{self.run_id} in incident {self.incident_id}"

@@ -42,6 +42,11 @@ def _client() -> Any:
     groups_ensure_now()
     user, _ = get_user_model()._default_manager.get_or_create(username="bench-desk")
     user.groups.add(*Group.objects.filter(name__in=["admins", "supervisors"]))
+    from teams.models import default_team
+    from teams.services import grant_role
+
+    for role in ("admin", "supervisor"):
+        grant_role(user, default_team(), role, actor="bench")
     client = Client(HTTP_HOST="localhost")  # a host the settings allow
     client.force_login(user)
     return client

@@ -191,7 +191,7 @@ def _session_cookie() -> tuple[str, str]:
         "u.is_superuser = True; u.is_staff = True; u.set_password('bench-admin-pw'); u.save()\n"
         "[u.groups.add(g) for g in Group.objects.filter(name__in=['admins', 'supervisors', 'auditors'])]\n"
         "s = import_module(settings.SESSION_ENGINE).SessionStore()\n"
-        "s[SESSION_KEY] = str(u.pk); s[BACKEND_SESSION_KEY] = 'django.contrib.auth.backends.ModelBackend'\n"
+        "s[SESSION_KEY] = str(u.pk); s[BACKEND_SESSION_KEY] = 'teams.backends.TeamRoleBackend'\n"
         "s[HASH_SESSION_KEY] = u.get_session_auth_hash(); s.create()\n"
         "print(settings.SESSION_COOKIE_NAME, s.session_key)\n"
     )

@@ -16,8 +16,11 @@ from intentledger import Ledger, LedgerUnavailable
 
 from celery_agents.registry import agent_runner
 from runs.inprocess import in_process_ledger
+from runs.models import Run
 from runs.services.enforcement import run_runner_claim_for_celery
 from runs.tokens import celery_agents_token_ensure
+from teams.models import Team
+from teams.scope import team_of, team_scope
 
 logger = logging.getLogger(__name__)
 
@@ -42,12 +45,19 @@ def run_agent(self: Any, run_id: str, agent: str) -> dict[str, Any]:
     """
     runner = agent_runner(agent)
     worker = f"celery:{self.request.hostname or 'local'}"
-    if not run_runner_claim_for_celery(run_id=run_id):
+    team_id = team_of(Run, run_id)
+    team = None if team_id is None else Team.objects.filter(pk=team_id).first()
+    if team is None:
+        logger.warning("run %s does not exist; nothing to run", run_id)
+        return {"run_id": run_id, "status": "not_found", "replayed": 0}
+    with team_scope(team.pk):
+        claimed = run_runner_claim_for_celery(run_id=run_id)
+    if not claimed:
         # another process runs it (runner external): never take it over
         logger.warning("run %s is run by another process (runner external); not running it", run_id)
         return {"run_id": run_id, "status": "external", "replayed": 0}
     try:
-        with agent_ledger() as ledger:
+        with agent_ledger(team) as ledger:
             outcome = runner(ledger, run_id=run_id, worker=worker)
     except LedgerUnavailable as error:
         logger.warning("run %s: ledger unavailable, retrying: %s", run_id, error)
@@ -61,16 +71,16 @@ def run_agent(self: Any, run_id: str, agent: str) -> dict[str, Any]:
     return {"run_id": run_id, "status": outcome.status, "replayed": outcome.replayed}
 
 
-def agent_ledger() -> Ledger:
+def agent_ledger(team: Team | None = None) -> Ledger:
     """The ledger as the agents' worker token sees it: in-process beside the database (the
     default), or over HTTP when LEDGER_AGENT_TRANSPORT says `http`. In-process, without an
-    INTENTLEDGER_TOKEN, the agents use this ledger's own token (runs.tokens), so a worker started
-    beside the database needs nothing copied by hand."""
+    INTENTLEDGER_TOKEN, the agents use this ledger's own token in the run's team (runs.tokens),
+    so a worker started beside the database needs nothing copied by hand."""
     if settings.LEDGER_AGENT_TRANSPORT == "http":
         if not settings.INTENTLEDGER_TOKEN:
             raise ImproperlyConfigured(AGENTS_OVER_HTTP_REFUSAL)
         return Ledger(settings.INTENTLEDGER_URL, settings.INTENTLEDGER_TOKEN)
-    return in_process_ledger(settings.INTENTLEDGER_TOKEN or celery_agents_token_ensure())
+    return in_process_ledger(settings.INTENTLEDGER_TOKEN or celery_agents_token_ensure(team))
 
 
 AGENTS_OVER_HTTP_REFUSAL = (

@@ -109,6 +109,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # the person's teams: what every query of the request may see (teams/, docs/teams.md)
+    "teams.middleware.TeamScopeMiddleware",
     "config.routers.ReplicaReadsMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -119,6 +121,9 @@ MIDDLEWARE = [
 if os.environ.get("LEDGER_ASGI") == "1":
     # config/asgi.py (the long polls): only async-capable middleware, so a waiter holds no thread
     MIDDLEWARE.remove("whitenoise.middleware.WhiteNoiseMiddleware")
+
+# a person's permissions come from the roles they hold per team (teams.Membership)
+AUTHENTICATION_BACKENDS = ["teams.backends.TeamRoleBackend"]
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

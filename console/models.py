@@ -5,6 +5,8 @@ from decimal import Decimal
 from django.db import models
 from django.db.models import Q
 
+from teams.fields import TeamField
+
 
 class RunDay(models.Model):
     """Runs created on `day` (UTC) by `agent` now in `status`, with their usage.
@@ -23,10 +25,13 @@ class RunDay(models.Model):
     cost_usd = models.DecimalField(max_digits=18, decimal_places=6, default=Decimal(0))
     recoveries = models.PositiveBigIntegerField()
     refreshed_at = models.DateTimeField()
+    team = TeamField()
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["day", "agent", "status"], name="runday_unique"),
+            models.UniqueConstraint(
+                fields=["team", "day", "agent", "status"], name="runday_unique"
+            ),
             models.CheckConstraint(condition=Q(runs__gte=1), name="runday_has_runs"),
         ]
         ordering = ["day", "agent", "status"]

@@ -21,7 +21,8 @@ def day_start(day: date) -> datetime:
 
 def run_days_refresh(*, days: int | None = None) -> int:
     """Replace the rollup of the last `days` days and today (the runs created before now);
-    returns the rows written. Runs created after the refresh are read live by the overview."""
+    returns the rows written. Runs created after the refresh are read live by the overview.
+    Per team: the rows of the teams the scope sees are replaced (beat's: every team)."""
     days = days or int(getattr(settings, "CONSOLE_ROLLUP_DAYS", 31))
     now = clock.now()
     today = now.astimezone(UTC).date()
@@ -30,10 +31,10 @@ def run_days_refresh(*, days: int | None = None) -> int:
         cursor.execute("DELETE FROM console_runday WHERE day >= %s", [first])
         cursor.execute(
             "INSERT INTO console_runday "
-            "(day, agent, status, runs, tokens, cost_usd, recoveries, refreshed_at) "
-            "SELECT (created_at AT TIME ZONE 'UTC')::date, agent, status, count(*), "
+            "(team_id, day, agent, status, runs, tokens, cost_usd, recoveries, refreshed_at) "
+            "SELECT team_id, (created_at AT TIME ZONE 'UTC')::date, agent, status, count(*), "
             "sum(used_tokens), sum(used_cost_usd), sum(used_recoveries), %s "
-            "FROM runs_run WHERE created_at >= %s AND created_at < %s GROUP BY 1, 2, 3",
+            "FROM runs_run WHERE created_at >= %s AND created_at < %s GROUP BY 1, 2, 3, 4",
             [now, day_start(first), now],
         )
         return int(cursor.rowcount)

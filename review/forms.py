@@ -16,6 +16,7 @@ from runs.constants import (
     agent_name_valid,
 )
 from runs.models import ApprovalRule, BudgetPolicy
+from teams.scope import home_team_id
 
 
 class RunFilterForm(forms.Form):
@@ -307,7 +308,11 @@ class PolicyForm(AuditedModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        default_now = BudgetPolicy.objects.filter(is_default=True).exclude(pk=self.instance.pk)
+        if self.instance.team_id is None:  # a new policy: the team the person works in
+            self.instance.team_id = home_team_id()
+        default_now = BudgetPolicy.objects.filter(
+            is_default=True, team_id=self.instance.team_id
+        ).exclude(pk=self.instance.pk)
         named = default_now.values_list("name", flat=True).first()
         if named is None:
             del self.fields["replace_default"]
@@ -324,6 +329,13 @@ class PolicyForm(AuditedModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        # names and agents are unique per team (the team is not on the form, so Django's own
+        # check of those constraints is skipped): said as Django says it
+        for field, label in (("name", "Name"), ("agent", "Agent")):
+            value = data.get(field)
+            taken = BudgetPolicy.objects.filter(team_id=self.instance.team_id, **{field: value})
+            if value and taken.exclude(pk=self.instance.pk).exists():
+                self.add_error(field, f"Budget policy with this {label} already exists.")
         # whether a policy needs an agent is budget_policy_save's rule, not the form's
         cost_checked(self, data, "max_cost_usd")
         return data

@@ -6,6 +6,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runs.models import Step
+from teams.fields import TeamField
 
 
 class AuditEntry(models.Model):
@@ -25,6 +26,9 @@ class AuditEntry(models.Model):
     target = models.CharField(max_length=300, blank=True, default="")
     note = models.TextField(blank=True, default="")
     details = models.JSONField(default=dict, blank=True)
+    # the team the action was in; none: an org-wide action (a sign-in, a person's account), which
+    # only the every-team scope (org admins) sees (teams/sql/boundary.sql)
+    team = TeamField(null=True)
 
     class Meta:
         verbose_name_plural = "audit entries"
@@ -94,6 +98,7 @@ class Escalation(models.Model):
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="+")
     sent_at = models.DateTimeField()
     recipients = models.JSONField(default=list)
+    team = TeamField(db_constraint=False, db_index=False)  # its run's (teams_team_fill checks)
 
     class Meta:
         # one per step, and one per run waiting for review without a step (its step null):
@@ -117,6 +122,7 @@ class EscalationWebhook(models.Model):
     active = models.BooleanField(default=True)
     created_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    team = TeamField()
 
     class Meta:
         constraints = [
@@ -125,7 +131,7 @@ class EscalationWebhook(models.Model):
                 name="webhook_url_is_http",
             ),
             # the same URL twice would post every escalation twice
-            models.UniqueConstraint(fields=["url"], name="webhook_url_unique"),
+            models.UniqueConstraint(fields=["team", "url"], name="webhook_url_unique"),
         ]
         ordering = ["created_at"]
 
@@ -142,6 +148,7 @@ class WebhookDelivery(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     delivered_at = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True, default="")
+    team = TeamField(db_constraint=False, db_index=False)  # its webhook's (teams_team_fill checks)
 
     class Meta:
         verbose_name_plural = "webhook deliveries"

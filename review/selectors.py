@@ -216,14 +216,10 @@ def item_columns(step: Step) -> dict[str, Any]:
 
 def people_who_decide() -> list[Any]:
     """Active users who may resolve items (supervisors and admins), for assigning."""
-    from django.contrib.auth import get_user_model
 
-    return list(
-        get_user_model()
-        ._default_manager.filter(is_active=True, groups__permissions__codename="resolve")
-        .distinct()
-        .order_by("username")
-    )
+    from teams.services import resolvers_in
+
+    return list(resolvers_in().order_by("username"))
 
 
 def webhooks_with_last_delivery() -> list[Any]:
@@ -247,7 +243,8 @@ def supervisors_with_mail() -> list[Any]:
 
     return list(
         get_user_model()
-        ._default_manager.filter(is_active=True, groups__name="supervisors")
+        ._default_manager.filter(is_active=True, team_roles__role="supervisor")
+        .distinct()
         .exclude(email="")
         .order_by("username")
     )

@@ -2,14 +2,17 @@
 
 from celery import shared_task
 
+from review.models import WebhookDelivery
 from review.services.escalations import review_items_escalate
 from review.services.webhooks import WebhookFailed, webhook_deliver
+from teams.scope import every_team, team_of_row
 
 
 @shared_task(acks_late=True)
 def escalate_waiting_items() -> int:
     """Mail the supervisors about items past the SLA."""
-    return review_items_escalate()
+    with every_team("sweeps"):
+        return review_items_escalate()
 
 
 @shared_task(
@@ -28,4 +31,5 @@ def deliver_webhook(delivery_id: int) -> bool:
 
     Routed to the WEBHOOK_QUEUE queue (CELERY_TASK_ROUTES): a slow receiver holds a webhook
     worker, never one that runs agents."""
-    return webhook_deliver(delivery_id=delivery_id)
+    with team_of_row(WebhookDelivery, delivery_id):
+        return webhook_deliver(delivery_id=delivery_id)

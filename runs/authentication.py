@@ -15,6 +15,7 @@ from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
 from runs.models import TokenScope, WorkerToken
+from teams.scope import Scope, every_team, scope_for_teams, set_current
 
 TOKEN_PREFIX = "alw_"  # noqa: S105 (a prefix, not a secret)
 LAST_USED_RESOLUTION = timedelta(seconds=60)
@@ -30,6 +31,8 @@ class WorkerPrincipal:
     # the agents whose runs this token may see and write; None: every agent
     agents: frozenset[str] | None = None
     token_hash: str = ""
+    # the team whose runs the token creates and sees: every call runs under it (teams.scope)
+    team_id: int = 0
 
     is_authenticated = True
     is_worker = True
@@ -70,7 +73,13 @@ class TokenRevoked(Exception):
 
 
 def _read(digest: str) -> WorkerPrincipal | None:
-    """The live token of `digest` from the database (one statement), or None."""
+    """The live token of `digest` from the database (one statement), or None. Read in every
+    team (a token's team is not known before its row is read: teams.scope's `token lookup`)."""
+    with every_team("token lookup"):
+        return _read_in_every_team(digest)
+
+
+def _read_in_every_team(digest: str) -> WorkerPrincipal | None:
     token = WorkerToken.objects.filter(token_hash=digest, revoked_at__isnull=True).first()
     if token is None:
         _principals.pop(digest, None)
@@ -81,6 +90,7 @@ def _read(digest: str) -> WorkerPrincipal | None:
         scope=token.scope,
         agents=frozenset(token.agents) if token.agents else None,
         token_hash=digest,
+        team_id=token.team_id,
     )
     if len(_principals) >= _CACHE_LIMIT:
         _principals.clear()
@@ -160,6 +170,17 @@ def token_live(principal: WorkerPrincipal) -> Iterator[None]:
         raise TokenRevoked
 
 
+def scope_of(principal: WorkerPrincipal) -> Scope:
+    """The scope a worker call runs under: its token's team."""
+    return scope_for_teams((principal.team_id,))
+
+
+def scope_enter(principal: WorkerPrincipal) -> None:
+    """The current context runs under `principal`'s team from here on (a request's: the
+    middleware that began it restores what was before)."""
+    set_current(scope_of(principal))
+
+
 def forget_principal(token_hash: str) -> None:
     """Forget who a token is (its revocation): the next call reads it again."""
     _principals.pop(token_hash, None)
@@ -181,6 +202,8 @@ class WorkerTokenAuthentication(authentication.BaseAuthentication):
         principal = principal_for(raw)
         if principal is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked worker token.")
+        # the rest of the request runs under the token's team (teams.middleware resets it)
+        scope_enter(principal)
         return principal, principal
 
     def authenticate_header(self, request: Request) -> str:

@@ -20,8 +20,10 @@ DEFAULT_POLICY: dict[str, Any] = {
 }
 
 
-def seed_default_policy(budget_policy_model: Any) -> None:
-    """Create the default policy unless one exists. Takes the model class so the migration can
-    pass its historical model."""
-    if not budget_policy_model.objects.filter(is_default=True).exists():
-        budget_policy_model.objects.create(is_default=True, **DEFAULT_POLICY)
+def seed_default_policy(budget_policy_model: Any, team_id: int | None = None) -> None:
+    """Create the default policy unless one exists (in `team_id`: a team's default; without it,
+    the team the transaction names). Takes the model class so the migration can pass its
+    historical model."""
+    team = {} if team_id is None else {"team_id": team_id}
+    if not budget_policy_model.objects.filter(is_default=True, **team).exists():
+        budget_policy_model.objects.create(is_default=True, **team, **DEFAULT_POLICY)

@@ -43,10 +43,12 @@ from runs.authentication import (
     TokenRevoked,
     principal_for,
     principal_known,
+    scope_of,
     token_live,
 )
 from runs.contract import Decline
 from runs.observe import step_call
+from teams.scope import using
 
 # the security headers Django's middleware gives every response (tests/reliability/test_security)
 HEADERS = [
@@ -112,7 +114,7 @@ def answer(
     step = data.get("index") if call == "intent" and isinstance(data, dict) else index
     with step_call(call, run_id=run_id, index=step if isinstance(step, int) else None) as seen:
         try:
-            with token_live(principal) if guarded else nullcontext():
+            with using(scope_of(principal)), token_live(principal) if guarded else nullcontext():
                 code, reply = hotcalls.answer(
                     call,
                     principal=principal,

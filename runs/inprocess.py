@@ -49,12 +49,14 @@ from runs.authentication import (
     WorkerPrincipal,
     principal_for,
     principal_known,
+    scope_of,
     token_live,
 )
 from runs.models import Run
 from runs.representations import event_json, run_json, step_json
 from runs.services.approvals import step_wait_decided
 from runs.waiting import SETTLED, run_wait
+from teams.scope import using
 from tools.apis import McpToolsReportApi, ToolInvokeApi
 from tools.mcp_tools import mcp_tools_report
 from tools.registry import tool_invoke, tools_list
@@ -271,10 +273,12 @@ class InProcessTransport:
 
     def _as_worker(self, call: Callable[[WorkerPrincipal], T], *, one_statement: bool) -> T:
         if not one_statement:
-            return call(self._principal(principal_for))
+            principal = self._principal(principal_for)
+            with using(scope_of(principal)):  # the token's team, as over HTTP
+                return call(principal)
         principal = self._principal(principal_known)
         try:
-            with token_live(principal):
+            with using(scope_of(principal)), token_live(principal):
                 return call(principal)
         except TokenRevoked:
             raise _unauthenticated() from None

@@ -69,8 +69,19 @@ def event_append(
     prefix = event_prefix(actor, at)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT ledger_event_append(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            [run.pk, run.journal_month, seq, prev, type, _text(payload), prefix, actor, at],
+            "SELECT ledger_event_append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [
+                run.pk,
+                run.journal_month,
+                run.team_id,
+                seq,
+                prev,
+                type,
+                _text(payload),
+                prefix,
+                actor,
+                at,
+            ],
         )
         (digest,) = _one(cursor)
     run.event_seq = seq

@@ -24,6 +24,7 @@ from runs.constants import (
     StepKind,
     StepState,
 )
+from teams.fields import TeamField
 
 
 def journal_month_now() -> date:
@@ -53,8 +54,8 @@ LIVE = [RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED, RunStatus.N
 class BudgetPolicy(models.Model):
     """Limits a run copies when it is created; later edits never reach running runs."""
 
-    name = models.CharField(max_length=100, unique=True)
-    agent = models.CharField(max_length=100, null=True, blank=True, unique=True)
+    name = models.CharField(max_length=100)
+    agent = models.CharField(max_length=100, null=True, blank=True)
     is_default = models.BooleanField(default=False)
     max_steps = models.PositiveIntegerField()
     max_tokens = models.PositiveBigIntegerField()
@@ -63,12 +64,25 @@ class BudgetPolicy(models.Model):
     max_recoveries = models.PositiveIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    team = TeamField()
 
     class Meta:
         verbose_name_plural = "budget policies"
         constraints = [
+            # a team's policies: one default, one policy per agent, names unique in the team
             models.UniqueConstraint(
-                fields=["is_default"], condition=Q(is_default=True), name="one_default_policy"
+                fields=["team"], condition=Q(is_default=True), name="one_default_policy"
+            ),
+            models.UniqueConstraint(
+                fields=["team", "name"],
+                name="policy_name_unique_per_team",
+                violation_error_message="Budget policy with this Name already exists.",
+            ),
+            models.UniqueConstraint(
+                fields=["team", "agent"],
+                condition=Q(agent__isnull=False),
+                name="policy_agent_unique_per_team",
+                violation_error_message="Budget policy with this Agent already exists.",
             ),
             *budget_limit_checks(
                 "max", name="policy_limits_positive", cost_name="policy_cost_positive"
@@ -146,6 +160,8 @@ class Run(models.Model):
     # run's span is a child of that span, in that trace (traces/); null: a trace of its own
     trace_id = models.CharField(max_length=32, null=True, blank=True, editable=False)
     trace_parent_span_id = models.CharField(max_length=16, null=True, blank=True, editable=False)
+    # the team of the token that created it (teams/): every row of the run carries it too
+    team = TeamField()
 
     class Meta:
         constraints = [
@@ -155,7 +171,7 @@ class Run(models.Model):
                 name="run_fork_names_its_step",
             ),
             models.UniqueConstraint(
-                fields=["agent", "external_id"],
+                fields=["team", "agent", "external_id"],
                 condition=Q(external_id__isnull=False),
                 name="run_external_id_unique_per_agent",
             ),
@@ -289,6 +305,7 @@ class Step(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     claim_expires_at = models.DateTimeField(null=True, blank=True)
+    team = TeamField(db_constraint=False, db_index=False)  # its run's: (run, month, team) key
 
     class Meta:
         constraints = [
@@ -357,13 +374,13 @@ class Step(models.Model):
         return f"{self.run_id}#{self.index} {self.name}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """An update never writes `journal_month` (the partition key never changes, and a step
-        the journal kernel answered with does not carry it)."""
+        """An update never writes `journal_month` nor `team_id` (the partition key and the team
+        never change, and a step the journal kernel answered with does not carry the month)."""
         if not self._state.adding and kwargs.get("update_fields") is None:
             kwargs["update_fields"] = [
                 f.attname
                 for f in self._meta.concrete_fields
-                if not f.primary_key and f.attname != "journal_month"
+                if not f.primary_key and f.attname not in ("journal_month", "team_id")
             ]
         super().save(*args, **kwargs)
 
@@ -405,6 +422,7 @@ class Event(models.Model):
     at = models.DateTimeField()
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
+    team = TeamField(db_constraint=False, db_index=False)  # its run's: (run, month, team) key
 
     class Meta:
         constraints = [
@@ -438,16 +456,17 @@ class ApprovalRule(models.Model):
     created_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    team = TeamField()
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["agent", "tool_pattern"],
+                fields=["team", "agent", "tool_pattern"],
                 name="approval_rule_unique_per_agent_tool",
                 violation_error_message="This agent already has a rule for this tool pattern.",
             ),
             models.UniqueConstraint(
-                fields=["is_fork_fence"],
+                fields=["team", "is_fork_fence"],
                 condition=Q(is_fork_fence=True),
                 name="approval_rule_one_fork_fence",
             ),
@@ -487,6 +506,7 @@ class ForkFence(models.Model):
     tool = models.CharField(max_length=200)
     created_by = models.CharField(max_length=150)
     created_at = models.DateTimeField(auto_now_add=True)
+    team = TeamField(db_constraint=False, db_index=False)  # its run's (teams_team_fill checks)
 
     def __str__(self) -> str:
         return f"{self.run_id}: {self.tool}"
@@ -517,6 +537,7 @@ class ApprovalRequest(models.Model):
         max_length=10, choices=ApprovalOutcome.choices, default=ApprovalOutcome.PENDING
     )
     decided_at = models.DateTimeField(null=True, blank=True)
+    team = TeamField(db_constraint=False, db_index=False)  # its run's: (run, month, team) key
 
     class Meta:
         constraints = [
@@ -556,6 +577,7 @@ class Approval(models.Model):
     by = models.CharField(max_length=150)
     note = models.TextField(blank=True, default="")
     at = models.DateTimeField()
+    team = TeamField(db_constraint=False, db_index=False)  # its run's (teams_team_fill checks)
 
     class Meta:
         constraints = [
@@ -593,6 +615,7 @@ class WorkerToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     created_by = models.CharField(max_length=150, blank=True, default="")
+    team = TeamField()  # the team whose runs it creates and sees
 
     class Meta:
         ordering = ["name", "created_at"]
@@ -600,7 +623,7 @@ class WorkerToken(models.Model):
             # a name says which worker or host uses the token: two live ones of one name could
             # not be told apart (a revoked token's name may be used again)
             models.UniqueConstraint(
-                fields=["name"],
+                fields=["team", "name"],
                 condition=Q(revoked_at__isnull=True),
                 name="worker_token_active_name_unique",
                 violation_error_message="A token of this name is in use; revoke it first or "

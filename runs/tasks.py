@@ -1,4 +1,4 @@
-"""Beat tasks: thin callers of the enforcement services."""
+"""Beat tasks: thin callers of the enforcement services, each over every team (teams.scope)."""
 
 from celery import shared_task
 
@@ -8,23 +8,28 @@ from runs.services.enforcement import (
     runs_reap_expired_leases,
     runs_redispatch_idle,
 )
+from teams.scope import every_team
 
 
 @shared_task(name="runs.tasks.reap_expired_leases")
 def reap_expired_leases() -> int:
-    return runs_reap_expired_leases()
+    with every_team("reaper"):
+        return runs_reap_expired_leases()
 
 
 @shared_task(name="runs.tasks.enforce_deadlines")
 def enforce_deadlines() -> int:
-    return runs_enforce_deadlines()
+    with every_team("sweeps"):
+        return runs_enforce_deadlines()
 
 
 @shared_task(name="runs.tasks.redispatch_idle_runs")
 def redispatch_idle_runs() -> int:
-    return runs_redispatch_idle()
+    with every_team("reaper"):
+        return runs_redispatch_idle()
 
 
 @shared_task(name="runs.tasks.expire_approvals")
 def expire_approvals() -> int:
-    return approvals_expire_due()
+    with every_team("sweeps"):
+        return approvals_expire_due()

@@ -10,6 +10,8 @@ from runs.api_errors import invalid
 from runs.authentication import TOKEN_PREFIX, forget_principal, generate_token, hash_token
 from runs.constants import AGENT_NAME_RULE, agent_name_valid
 from runs.models import TokenScope, WorkerToken
+from teams.models import DEFAULT_TEAM_SLUG, Team, default_team
+from teams.scope import every_team, team_scope
 
 
 @transaction.atomic
@@ -61,7 +63,8 @@ def worker_token_register(*, name: str, raw: str, created_by: str = "") -> tuple
     a deployment's one-shot may run it at every start. A revoked token stays revoked."""
     if len(raw) < 24:
         raise invalid("token", "A worker token must be at least 24 characters.", "Too short.")
-    existing = WorkerToken.objects.filter(token_hash=hash_token(raw)).first()
+    with every_team("token lookup"):  # the token may be any team's
+        existing = WorkerToken.objects.filter(token_hash=hash_token(raw)).first()
     if existing is not None:
         return existing, False
     token, _ = worker_token_create(name=name, created_by=created_by, raw=raw)
@@ -85,22 +88,28 @@ def worker_token_revoke(*, token_id: int) -> WorkerToken:
 CELERY_AGENTS_TOKEN_SALT = "runs.tokens.celery_agents"  # noqa: S105 (a salt, not a secret)
 
 
-def celery_agents_token_raw() -> str:
-    """This ledger's agents' token: an HMAC of SECRET_KEY, never stored (only its hash is)."""
+def celery_agents_token_raw(team: Team | None = None) -> str:
+    """This ledger's agents' token in `team` (by default `default`): an HMAC of SECRET_KEY and
+    the team's slug, never stored (only its hash is)."""
+    slug = DEFAULT_TEAM_SLUG if team is None else team.slug
+    value = "v1" if slug == DEFAULT_TEAM_SLUG else f"v1:{slug}"
     return (
-        TOKEN_PREFIX + salted_hmac(CELERY_AGENTS_TOKEN_SALT, "v1", algorithm="sha256").hexdigest()
+        TOKEN_PREFIX + salted_hmac(CELERY_AGENTS_TOKEN_SALT, value, algorithm="sha256").hexdigest()
     )
 
 
-def celery_agents_token_ensure() -> str:
-    """The agents' own token, registered unless it is; the raw token. Revoked by an admin, it
-    stays revoked: the agents then need INTENTLEDGER_TOKEN, and this says so."""
-    raw = celery_agents_token_raw()
-    token, _ = worker_token_register(
-        name=f"celery-agents-{raw[len(TOKEN_PREFIX) : len(TOKEN_PREFIX) + 6]}",
-        raw=raw,
-        created_by="celery worker",
-    )
+def celery_agents_token_ensure(team: Team | None = None) -> str:
+    """The agents' own token in `team` (a run's token must be of its run's team; by default
+    `default`), registered unless it is; the raw token. Revoked by an admin, it stays revoked:
+    the agents then need INTENTLEDGER_TOKEN, and this says so."""
+    team = team or default_team()
+    raw = celery_agents_token_raw(team)
+    with team_scope(team.pk):
+        token, _ = worker_token_register(
+            name=f"celery-agents-{raw[len(TOKEN_PREFIX) : len(TOKEN_PREFIX) + 6]}",
+            raw=raw,
+            created_by="celery worker",
+        )
     if not token.is_active:
         raise ImproperlyConfigured(
             f"The Celery agents' own worker token {token.name!r} was revoked: set "

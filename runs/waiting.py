@@ -33,6 +33,7 @@ from psycopg.rows import dict_row
 from runs.constants import FINAL_STATUSES, RunStatus
 from runs.models import Run
 from runs.representations import run_json
+from teams.scope import every_team_scope
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,12 @@ class Listener:
         self.connection = await psycopg.AsyncConnection.connect(**_conninfo())
         await self.connection.execute(f"LISTEN {CHANNEL}")
         self.reader = await psycopg.AsyncConnection.connect(**_conninfo(), row_factory=dict_row)
+        # the reader reads the runs the DRF view already showed their waiters (under the
+        # caller's team), whatever their team: every team, for its session (its own direct
+        # connection, never a pooled one: teams.scope, `waiters`)
+        await self.reader.execute(
+            every_team_scope("waiters").setting_sql().replace(", true)", ", false)")
+        )
         self.task = asyncio.get_running_loop().create_task(self._dispatch())
 
     async def read(self, run_id: str) -> Run | None:

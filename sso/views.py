@@ -28,7 +28,7 @@ from sso.conf import ProviderUnreachable, SsoSettings, discover, local_login_ena
 
 log = logging.getLogger(__name__)
 
-SESSION_BACKEND = "django.contrib.auth.backends.ModelBackend"
+SESSION_BACKEND = "teams.backends.TeamRoleBackend"
 
 
 def _conf_or_404() -> SsoSettings:

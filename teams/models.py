@@ -6,6 +6,9 @@ from django.db import models
 from django.utils import timezone
 
 DEFAULT_TEAM_SLUG = "default"
+# teams/0002 makes `default` the first team, so in a new database its id is 1; code finds it by its
+# slug, only the test suite (which makes it again after each flush) relies on the id
+DEFAULT_TEAM_ID = 1
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,49}$"
 
 
@@ -30,6 +33,14 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+
+def default_team() -> Team:
+    """The `default` team (made by teams/0002; made again if a test's flush took it)."""
+    team, _ = Team.objects.get_or_create(
+        slug=DEFAULT_TEAM_SLUG, defaults={"id": DEFAULT_TEAM_ID, "name": "Default"}
+    )
+    return team
 
 
 class Role(models.TextChoices):

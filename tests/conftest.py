@@ -17,6 +17,8 @@ from dashboard.roles import groups_ensure_now
 from runs.default_policy import seed_default_policy
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
+from teams import scope
+from teams.models import default_team
 from tests import connection_budget
 from tests.database import create_test_database, destroy_test_database, quick_sql_flush
 from tests.processes import (  # noqa: F401  (names other test modules import from here)
@@ -366,10 +368,26 @@ def _reseed_migrations_rows(sender: Any, **kwargs: Any) -> None:
     migrations seeded with it; Django sends post_migrate after the flush, and this puts back the
     default budget policy and the dashboard's groups with the migrations' own functions (one
     source), so a later test on that worker finds what a migrated database has."""
+    if sender.label in ("runs", "teams"):
+        default_team()  # the flush takes every team; `default` is where the suite's rows go
     if sender.label == "runs":
         seed_default_policy(django_apps.get_model("runs", "BudgetPolicy"))
     if sender.label == "review":
         groups_ensure_now()
+
+
+# Code that names no team (teams.scope) sees every team here, and files new rows in `default`:
+# in this process's every thread (the live server's requests name their own, as the servers and
+# workers the suite starts do). A test about teams names them (tests/teams/).
+scope.set_process_default(scope.tests_default())
+
+
+@pytest.fixture(autouse=True)
+def every_team_unless_named() -> Iterator[None]:
+    """Each test (its fixtures, and the flush that ends it) starts in the suite's default scope,
+    whatever an earlier test or a migration left in this thread."""
+    with scope.using(scope.tests_default()):
+        yield
 
 
 post_migrate.connect(_reseed_migrations_rows, dispatch_uid="tests.reseed_migrations_rows")

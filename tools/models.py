@@ -7,6 +7,8 @@ bug in the key layer cannot produce a second ticket, comment or email for one ke
 from django.db import models
 from django.db.models import Q
 
+from teams.fields import TeamField
+
 KEY_MAX_LENGTH = 400  # a journal key is {run uuid}:{index}:{tool name ≤ 200}:{32 hex}
 
 
@@ -45,6 +47,9 @@ class IdempotencyKey(models.Model):
         "runs.WorkerToken", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     owner_agents = models.JSONField(null=True, blank=True)
+    # the team of the caller that reserved it; the key itself stays unique over every team (a
+    # journal key starts with its run's id, unique everywhere)
+    team = TeamField()
 
     class Meta:
         constraints = [
@@ -90,6 +95,7 @@ class Ticket(models.Model):
     closed_by_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     closed_at = models.DateTimeField(null=True, blank=True)
+    team = TeamField()
 
     class Meta:
         constraints = [
@@ -116,6 +122,7 @@ class TicketComment(models.Model):
     body = models.TextField()
     idempotency_key = models.CharField(max_length=KEY_MAX_LENGTH, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    team = TeamField(db_constraint=False, db_index=False)  # its ticket's (teams_team_fill checks)
 
     def __str__(self) -> str:
         return f"comment {self.pk} on #{self.ticket_id}"
@@ -131,6 +138,7 @@ class OutboundEmail(models.Model):
     message_id = models.CharField(max_length=200, unique=True)
     idempotency_key = models.CharField(max_length=KEY_MAX_LENGTH, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    team = TeamField()
 
     def __str__(self) -> str:
         return f"{self.message_id} to {self.to}"
@@ -170,10 +178,13 @@ class McpTool(models.Model):
     marked_at = models.DateTimeField(null=True, blank=True)
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
+    team = TeamField()  # the team of the token whose proxy reported it
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["server", "name"], name="mcp_tool_server_name_unique"),
+            models.UniqueConstraint(
+                fields=["team", "server", "name"], name="mcp_tool_server_name_unique"
+            ),
             models.CheckConstraint(
                 condition=Q(mark__in=McpToolMark.values), name="mcp_tool_mark_valid"
             ),

@@ -2,9 +2,11 @@
 
 from celery import shared_task
 
+from teams.scope import every_team
 from tools.idempotency import idempotency_keys_prune
 
 
 @shared_task(name="tools.tasks.prune_idempotency_keys")
 def prune_idempotency_keys() -> int:
-    return idempotency_keys_prune()
+    with every_team("sweeps"):
+        return idempotency_keys_prune()

@@ -21,6 +21,8 @@ from dashboard.audit import audit_record
 from dashboard.roles import GROUP_PERMISSIONS
 from runs.api_errors import ApplicationError
 from sso.models import OidcIdentity
+from teams.models import default_team
+from teams.services import GROUP_ROLE, roles_set_in
 
 
 def user_groups_set(user: User, names: set[str]) -> tuple[list[str], list[str]]:
@@ -28,6 +30,8 @@ def user_groups_set(user: User, names: set[str]) -> tuple[list[str], list[str]]:
     before = set(user.groups.values_list("name", flat=True))
     if before != names:
         user.groups.set(Group.objects.filter(name__in=names))
+    # a group stands for its role in `default` (the roles a person holds per team: teams/)
+    roles_set_in(user, default_team(), {GROUP_ROLE[n] for n in names if n in GROUP_ROLE})
     return sorted(names - before), sorted(before - names)
 
 

@@ -18,6 +18,7 @@ from runs import clock
 from runs.api_errors import ApplicationError, invalid
 from runs.constants import StepState
 from runs.models import Step
+from teams.services import resolvers_in
 
 
 def claim_seconds() -> int:
@@ -93,13 +94,7 @@ def review_step_assign(
             raise ApplicationError(
                 "not_unknown", f"Step {index} is {step.state}; there is nothing to assign."
             )
-        person = (
-            get_user_model()
-            ._default_manager.filter(
-                username=assignee, is_active=True, groups__permissions__codename="resolve"
-            )
-            .first()
-        )
+        person = resolvers_in(step.team_id).filter(username=assignee).first()
         if person is None:
             raise invalid(
                 "assignee", f"{assignee} cannot decide review items.", "Not someone who may decide."

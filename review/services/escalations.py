@@ -9,16 +9,15 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 
-from dashboard.roles import SUPERVISORS
 from review.models import Escalation, EscalationWebhook
 from review.services.webhooks import slack_escaped, webhooks_notify
 from runs import clock
 from runs.constants import FINAL_STATUSES, RunStatus, StepState
 from runs.models import Run, Step
+from teams.models import Role
 
 
 def sla_seconds() -> int:
@@ -29,7 +28,7 @@ def escalation_reachable() -> bool:
     """Can an escalation reach anyone: a supervisor with an address, or an active webhook?"""
     has_address = (
         get_user_model()
-        ._default_manager.filter(is_active=True, groups__name=SUPERVISORS)
+        ._default_manager.filter(is_active=True, team_roles__role=Role.SUPERVISOR)
         .exclude(email="")
         .exists()
     )
@@ -43,24 +42,46 @@ def _waiting_as(step: Step) -> str:
     return "unknown (it may or may not have happened)"
 
 
+class _Reach:
+    """Who an item of each team is escalated to: the team's active supervisors with an address,
+    and the team's active webhooks (read once a team per sweep)."""
+
+    def __init__(self) -> None:
+        self._teams: dict[int, tuple[list[str], list[EscalationWebhook]]] = {}
+
+    def anyone(self) -> bool:
+        return escalation_reachable()
+
+    def of(self, team_id: int) -> tuple[list[str], list[EscalationWebhook]]:
+        if team_id not in self._teams:
+            addresses = (
+                get_user_model()
+                ._default_manager.filter(
+                    is_active=True,
+                    team_roles__team_id=team_id,
+                    team_roles__role=Role.SUPERVISOR,
+                )
+                .exclude(email="")
+                .values_list("email", flat=True)
+            )
+            self._teams[team_id] = (
+                sorted(set(addresses)),
+                list(EscalationWebhook.objects.filter(active=True, team_id=team_id)),
+            )
+        return self._teams[team_id]
+
+
 def review_items_escalate(*, limit: int = 200) -> int:
-    """Mail the supervisors once per item waiting longer than the SLA; returns mails sent.
+    """Mail the supervisors of the item's team once per item waiting longer than the SLA (and
+    post to the team's webhooks); returns mails sent.
 
     The Escalation row is inserted in the same transaction as the send: a failed send rolls it
     back (retried on the next beat), and the unique constraint stops a second mail for an item.
     """
     now = clock.now()
     cutoff = now - timedelta(seconds=sla_seconds())
-    recipients = sorted(
-        {
-            u.email
-            for g in Group.objects.filter(name=SUPERVISORS).prefetch_related("user_set")
-            for u in g.user_set.all()
-            if u.is_active and u.email
-        }
-    )
-    webhooks = list(EscalationWebhook.objects.filter(active=True))
-    if not recipients and not webhooks:
+    reach = _Reach()
+    if not reach.anyone():
         return 0  # the queue page shows a banner: nobody can be notified
     base = settings.LEDGER_DASHBOARD_URL.rstrip("/")
     steps = list(
@@ -76,6 +97,9 @@ def review_items_escalate(*, limit: int = 200) -> int:
     sent = 0
     for step in steps:
         waited = int((now - step.intent_at).total_seconds() // 60)
+        recipients, webhooks = reach.of(step.run.team_id)
+        if not recipients and not webhooks:
+            continue  # nobody in the item's team can be notified
         try:
             with transaction.atomic():
                 Escalation.objects.create(
@@ -112,6 +136,9 @@ def review_items_escalate(*, limit: int = 200) -> int:
         .order_by("updated_at")[:limit]
     )
     for run in runs:
+        recipients, webhooks = reach.of(run.team_id)
+        if not recipients and not webhooks:
+            continue
         try:
             with transaction.atomic():
                 Escalation.objects.create(run=run, sent_at=now, recipients=recipients)

@@ -18,6 +18,7 @@ from dashboard.audit import audit_record
 from runs.api_errors import ApplicationError, invalid
 from runs.constants import AGENT_NAME_RULE, agent_name_valid
 from runs.models import ApprovalRule, BudgetPolicy
+from teams.scope import home_team_id
 
 POLICY_FIELDS = (
     "name",
@@ -128,7 +129,9 @@ def _default_replace(
     if not policy.is_default:
         return
     olds = list(
-        BudgetPolicy.objects.select_for_update().filter(is_default=True).exclude(pk=policy.pk)
+        BudgetPolicy.objects.select_for_update()
+        .filter(is_default=True, team_id=policy.team_id)
+        .exclude(pk=policy.pk)
     )
     if olds and not confirmed:
         said = (
@@ -172,7 +175,7 @@ def budget_policy_save(
     return _setting_save(
         user=user,
         stored=policy,
-        blank=BudgetPolicy(),
+        blank=BudgetPolicy(team_id=home_team_id()),  # type: ignore[misc]  # a new one: in the team the person works in
         fields=POLICY_FIELDS,
         values=values,
         kind="policy",

@@ -15,7 +15,7 @@ from runs.tokens import worker_token_create, worker_token_revoke
 
 def review_token_create(
     *,
-    user: AbstractBaseUser,
+    user: AbstractBaseUser | str,
     name: str,
     agents: list[str] | tuple[str, ...] = (),
     tools_direct: bool = False,
@@ -26,7 +26,7 @@ def review_token_create(
     with transaction.atomic():
         token, raw = worker_token_create(
             name=name,
-            created_by=user.get_username(),
+            created_by=user if isinstance(user, str) else user.get_username(),
             agents=tuple(agents),
             scopes=(TokenScope.TOOLS_DIRECT,) if tools_direct else (),
         )

@@ -14,6 +14,7 @@ from dashboard.views.common import person, require_perm, save_form, tell
 from review.forms import ApprovalRuleForm, AuditedModelForm, PolicyForm
 from review.services.policies import approval_rule_save, budget_policy_delete, budget_policy_save
 from runs.models import ApprovalRule, BudgetPolicy
+from teams.scope import home_team_id
 
 
 def _setting_page[M: Model](
@@ -72,7 +73,8 @@ def _policy_saved(policy: BudgetPolicy) -> str:
 def policy_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     """A budget policy's new-and-edit page. It says which policy is the default now: ticking
     the box takes the flag over."""
-    default = BudgetPolicy.objects.filter(is_default=True).first()
+    team = home_team_id()
+    default = BudgetPolicy.objects.filter(is_default=True, team_id=team).first() if team else None
     return _setting_page(
         request,
         pk,

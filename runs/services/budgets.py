@@ -13,13 +13,14 @@ from runs.kernel import money
 from runs.models import BudgetPolicy, Run
 
 
-def budget_policy_for(agent: str) -> BudgetPolicy:
-    """The agent's own policy, else the default one (seeded by its migration,
-    runs/default_policy.py); neither is a refusal, never limits from elsewhere."""
+def budget_policy_for(agent: str, *, team_id: int) -> BudgetPolicy:
+    """The agent's own policy in the team, else the team's default one (seeded by its
+    migration or the team's creation, runs/default_policy.py); neither is a refusal, never
+    limits from elsewhere."""
     policies = {
         (p.agent, p.is_default): p
-        for p in BudgetPolicy.objects.filter(agent=agent)
-        | BudgetPolicy.objects.filter(is_default=True)
+        for p in BudgetPolicy.objects.filter(team_id=team_id, agent=agent)
+        | BudgetPolicy.objects.filter(team_id=team_id, is_default=True)
     }
     policy = policies.get((agent, False)) or policies.get((None, True))
     if policy is None:

@@ -15,6 +15,7 @@ from runs.constants import EventType, RunRunner
 from runs.kernel import event_append
 from runs.models import Run
 from runs.services.budgets import budget_of, budget_policy_for, limits_copied
+from teams.scope import home_team_id
 from traces.context import TraceParent
 
 
@@ -26,6 +27,7 @@ def run_create(
     actor: str,
     runner: str = RunRunner.EXTERNAL,
     trace_parent: TraceParent | None = None,
+    team_id: int | None = None,
 ) -> tuple[Run, bool]:
     """Create a run with its policy's limits copied in; the same (agent, external_id) attaches.
 
@@ -33,17 +35,24 @@ def run_create(
     idle sweep), `external` for every other caller (resumed only by its own process).
     `trace_parent`: the creator's span (W3C trace context): the run's trace is that span's, its
     span a child of it (traces/); kept on the run, read by the trace exporter only.
+    `team_id`: the run's team; by default the one the transaction names (a worker call's: its
+    token's team). An external id attaches within the team only.
     """
+    if team_id is None:
+        team_id = home_team_id()
+    if team_id is None:  # every worker call runs under its token's team: a caller's bug
+        raise RuntimeError("run_create: a run belongs to one team, and the scope names none")
     if external_id is not None:
-        existing = Run.objects.filter(agent=agent, external_id=external_id).first()
+        existing = Run.objects.filter(team_id=team_id, agent=agent, external_id=external_id).first()
         if existing is not None:
             return existing, False
-    policy = budget_policy_for(agent)
+    policy = budget_policy_for(agent, team_id=team_id)
     limits = limits_copied(policy, "max_")
     now = clock.now()
     try:
         with transaction.atomic():
             run = Run(
+                team_id=team_id,
                 agent=agent,
                 external_id=external_id,
                 input=input,
@@ -71,7 +80,7 @@ def run_create(
             )
             run.save(update_fields=["event_seq", "event_head"])
     except IntegrityError:
-        existing = Run.objects.filter(agent=agent, external_id=external_id).first()
+        existing = Run.objects.filter(team_id=team_id, agent=agent, external_id=external_id).first()
         if existing is None:
             raise
         return existing, False

@@ -72,6 +72,7 @@ def run_fork(
         choices = _fork_write_choices(run_id=original.pk, index=index, writes=writes or {})
         now = clock.now()
         fork = Run(
+            team_id=original.team_id,  # a fork stays in its original's team
             agent=original.agent,
             external_id=None,
             input=original.input,
@@ -106,7 +107,7 @@ def run_fork(
         )
         held = [name for name, choice in choices.items() if choice == ForkWrite.HOLD]
         if held:
-            fork_fence_rule()
+            fork_fence_rule(team_id=fork.team_id)
             ForkFence.objects.bulk_create(
                 ForkFence(run=fork, tool=name, created_by=by) for name in held
             )
@@ -128,11 +129,12 @@ def run_fork(
         return fork
 
 
-def fork_fence_rule() -> ApprovalRule:
-    """The one approval rule a fork's held write waits under (never active by itself: the
-    kernel names it only for a write a ForkFence holds), made when first needed."""
+def fork_fence_rule(*, team_id: int) -> ApprovalRule:
+    """The team's one approval rule a fork's held write waits under (never active by itself:
+    the kernel names it only for a write a ForkFence holds), made when first needed."""
     rule, _ = ApprovalRule.objects.get_or_create(
         is_fork_fence=True,
+        team_id=team_id,
         defaults={
             "agent": "",
             "tool_pattern": "(a fork's fence)",

@@ -207,6 +207,8 @@ BEGIN
         IF to_regclass(t || '_' || suffix) IS NULL THEN
             EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)',
                 t || '_' || suffix, t, m, (m + interval '1 month')::date);
+            -- read directly, a partition is bound by the teams' boundary as its parent is
+            PERFORM teams_boundary_apply((t || '_' || suffix)::regclass);
             created := true;
         END IF;
     END LOOP;
@@ -239,9 +241,13 @@ $$;
 
 -- Every event is appended here, the hot calls' and the services' (runs.kernel.event_append): the
 -- chain's hash is computed in one place.
+-- The run's month and team come with it (the caller has the run's row): the event is filed in
+-- its run's team without a lookup ((run_id, journal_month, team_id) references the run).
+DROP FUNCTION IF EXISTS ledger_event_append(uuid, date, integer, text, text, text, text, text,
+    timestamptz);
 CREATE OR REPLACE FUNCTION ledger_event_append(
-    p_run uuid, p_month date, p_seq integer, p_prev text, p_type text, p_payload text,
-    p_prefix text, p_actor text, p_at timestamptz
+    p_run uuid, p_month date, p_team bigint, p_seq integer, p_prev text, p_type text,
+    p_payload text, p_prefix text, p_actor text, p_at timestamptz
 ) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -250,19 +256,22 @@ BEGIN
     digest := encode(sha256(convert_to(
         p_prev || p_prefix || p_payload || ',"run":"' || p_run::text || '","seq":' || p_seq
         || ',"type":"' || p_type || '"}', 'UTF8')), 'hex');
-    INSERT INTO runs_event (run_id, journal_month, seq, type, payload, actor, at, prev_hash, hash)
-    VALUES (p_run, p_month, p_seq, p_type, p_payload::jsonb, p_actor, p_at, p_prev, digest);
+    INSERT INTO runs_event (run_id, journal_month, team_id, seq, type, payload, actor, at,
+        prev_hash, hash)
+    VALUES (p_run, p_month, p_team, p_seq, p_type, p_payload::jsonb, p_actor, p_at, p_prev,
+        digest);
     RETURN digest;
 END
 $$;
 
--- Without the month, for callers that do not have it at hand (read from the run).
+-- Without the month and team, for callers that do not have them at hand (read from the run).
 CREATE OR REPLACE FUNCTION ledger_event_append(
     p_run uuid, p_seq integer, p_prev text, p_type text, p_payload text,
     p_prefix text, p_actor text, p_at timestamptz
 ) RETURNS text
 LANGUAGE sql AS $$
     SELECT ledger_event_append(p_run, (SELECT journal_month FROM runs_run WHERE id = p_run),
+        (SELECT team_id FROM runs_run WHERE id = p_run),
         p_seq, p_prev, p_type, p_payload, p_prefix, p_actor, p_at)
 $$;
 
@@ -317,7 +326,7 @@ BEGIN
     r.status := 'budget_exceeded';
     r.status_reason := (p_limit_payload::jsonb)->>'limit';
     r.event_seq := r.event_seq + 1;
-    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+    r.event_head := ledger_event_append(r.id, r.journal_month, r.team_id, r.event_seq, r.event_head,
         'budget_exceeded', p_limit_payload, p_prefix, p_actor, p_now);
     RETURN r;
 END
@@ -334,7 +343,7 @@ BEGIN
     r.used_tokens := r.used_tokens + p_in + p_out;
     r.used_cost_usd := r.used_cost_usd + p_cost;
     r.event_seq := r.event_seq + 1;
-    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+    r.event_head := ledger_event_append(r.id, r.journal_month, r.team_id, r.event_seq, r.event_head,
         CASE WHEN p_ok THEN 'step_done' ELSE 'step_error' END, p_outcome_payload, p_prefix, p_actor, p_now);
     IF p_budget_check THEN
         stopped := ledger_exceeded_limit(r, p_now, false);
@@ -359,17 +368,17 @@ BEGIN
         expires := p_now + make_interval(secs => rule.expires_after_seconds);
     END IF;
     r.event_seq := r.event_seq + 1;
-    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+    r.event_head := ledger_event_append(r.id, r.journal_month, r.team_id, r.event_seq, r.event_head,
         'approval_requested',
         '{"approvals_required":' || rule.approvals_required
         || ',"arguments_hash":"' || s.arguments_hash
         || '","expires_at":' || COALESCE('"' || ledger_iso(expires) || '"', 'null')
         || ',"index":' || s."index" || ',"rule":' || rule.id || '}',
         p_prefix, p_actor, p_now);
-    INSERT INTO runs_approvalrequest (run_id, journal_month, step_id, rule_id, arguments_hash,
-        approvals_required, requested_at, expires_at, outcome)
-    VALUES (r.id, r.journal_month, s.id, rule.id, s.arguments_hash, rule.approvals_required,
-        p_now, expires, 'pending');
+    INSERT INTO runs_approvalrequest (run_id, journal_month, team_id, step_id, rule_id,
+        arguments_hash, approvals_required, requested_at, expires_at, outcome)
+    VALUES (r.id, r.journal_month, r.team_id, s.id, rule.id, s.arguments_hash,
+        rule.approvals_required, p_now, expires, 'pending');
     RETURN r;
 END
 $$;
@@ -473,7 +482,7 @@ BEGIN
         r.epoch := r.epoch + 1;
     END IF;
     r.event_seq := r.event_seq + 1;
-    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+    r.event_head := ledger_event_append(r.id, r.journal_month, r.team_id, r.event_seq, r.event_head,
         'needs_review', p_payload, p_prefix, p_actor, p_now);
     RETURN r;
 END
@@ -571,7 +580,7 @@ BEGIN
         UPDATE runs_step SET state = s.state, result = s.result, outcome_at = s.outcome_at
         WHERE id = s.id AND run_id = r.id AND journal_month = r.journal_month;
         r.event_seq := r.event_seq + 1;
-        r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+        r.event_head := ledger_event_append(r.id, r.journal_month, r.team_id, r.event_seq, r.event_head,
             event_type,
             '{"idempotency_key":' || ledger_json(s.idempotency_key) || ',"index":' || s."index"
             || CASE WHEN settled IS NOT NULL THEN ',"key_state":' || ledger_json(settled) ELSE '' END
@@ -664,7 +673,7 @@ BEGIN
     r.lease_worker := p_worker; r.lease_expires_at := p_now + make_interval(secs => p_ttl);
     r.lease_ttl_seconds := p_ttl;
     r.event_seq := r.event_seq + 1;
-    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head, 'lease_acquired',
+    r.event_head := ledger_event_append(r.id, r.journal_month, r.team_id, r.event_seq, r.event_head, 'lease_acquired',
         '{"epoch":' || r.epoch || ',"expires_at":"' || ledger_iso(r.lease_expires_at)
         || '","previous_worker":' || ledger_json(previous)
         || ',"recovery":' || recovering || ',"replayable_steps":' || r.step_count
@@ -704,7 +713,7 @@ BEGIN
     r := recovered.run;
     r.epoch := r.epoch + 1;
     r.event_seq := r.event_seq + 1;
-    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+    r.event_head := ledger_event_append(r.id, r.journal_month, r.team_id, r.event_seq, r.event_head,
         'lease_expired',
         '{"at_step":' || r.step_count || ',"epoch":' || r.epoch || ',"worker":' || ledger_json(lost) || '}',
         p_prefix, p_actor, p_now);
@@ -772,7 +781,7 @@ BEGIN
         UPDATE runs_step SET state = s.state
         WHERE id = s.id AND run_id = r.id AND journal_month = r.journal_month;
         r.event_seq := r.event_seq + 1;
-        r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+        r.event_head := ledger_event_append(r.id, r.journal_month, r.team_id, r.event_seq, r.event_head,
             CASE s.state WHEN 'unknown' THEN 'step_unknown' ELSE 'step_interrupted' END,
             '{"idempotency_key":' || ledger_json(s.idempotency_key) || ',"index":' || s."index"
             || ',"name":' || ledger_json(s.name) || ',"why":' || ledger_json(why) || '}',
@@ -799,7 +808,7 @@ BEGIN
     r.status := p_to; r.status_reason := ''; r.finished_at := p_now;
     r.lease_worker := NULL; r.lease_expires_at := NULL;
     r.event_seq := r.event_seq + 1;
-    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head,
+    r.event_head := ledger_event_append(r.id, r.journal_month, r.team_id, r.event_seq, r.event_head,
         CASE p_to WHEN 'completed' THEN 'run_completed' ELSE 'run_failed' END,
         '{"' || field || '":' || p_value || '}', p_prefix, p_actor, p_now);
     run := ledger_run_save(r);
@@ -876,21 +885,23 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ledger_approval_rule(p_agent text, p_name text, p_run uuid)
+-- The rules of the run's team only, whatever teams the transaction may see.
+DROP FUNCTION IF EXISTS ledger_approval_rule(text, text, uuid);
+CREATE OR REPLACE FUNCTION ledger_approval_rule(p_agent text, p_name text, p_run uuid, p_team bigint)
 RETURNS runs_approvalrule
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     rule runs_approvalrule;
 BEGIN
     SELECT * INTO rule FROM runs_approvalrule ar
-    WHERE ar.active AND (ar.agent = '' OR ar.agent = p_agent)
+    WHERE ar.team_id = p_team AND ar.active AND (ar.agent = '' OR ar.agent = p_agent)
       AND p_name LIKE replace(replace(replace(replace(ar.tool_pattern, '\', '\\'), '%', '\%'),
                                               '_', '\_'), '*', '%')
     ORDER BY ar.approvals_required DESC, (ar.agent = '') ASC, ar.id
     LIMIT 1;
     IF rule.id IS NULL
        AND EXISTS (SELECT 1 FROM runs_forkfence f WHERE f.run_id = p_run AND f.tool = p_name) THEN
-        SELECT * INTO rule FROM runs_approvalrule ar WHERE ar.is_fork_fence;
+        SELECT * INTO rule FROM runs_approvalrule ar WHERE ar.is_fork_fence AND ar.team_id = p_team;
     END IF;
     RETURN rule;
 END
@@ -959,7 +970,7 @@ BEGIN
         s.state := 'intent'; s.epoch := r.epoch; s.intent_at := p_now;
         s.executions := s.executions + 1;
         r.event_seq := r.event_seq + 1;
-        r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head, 'step_reopened',
+        r.event_head := ledger_event_append(r.id, r.journal_month, r.team_id, r.event_seq, r.event_head, 'step_reopened',
             p_reopen_payload, p_prefix, p_actor, p_now);
         IF p_outcome THEN
             s.state := CASE WHEN p_ok THEN 'done' ELSE 'error' END; s.result := p_result::jsonb;
@@ -1000,10 +1011,10 @@ BEGIN
     r.step_count := r.step_count + 1;
     r.used_steps := r.used_steps + 1;
     r.event_seq := r.event_seq + 1;
-    r.event_head := ledger_event_append(r.id, r.journal_month, r.event_seq, r.event_head, 'step_intent',
+    r.event_head := ledger_event_append(r.id, r.journal_month, r.team_id, r.event_seq, r.event_head, 'step_intent',
         p_intent_payload, p_prefix, p_actor, p_now);
     IF p_effect = 'write' AND NOT p_outcome THEN
-        rule := ledger_approval_rule(r.agent, p_name, r.id);
+        rule := ledger_approval_rule(r.agent, p_name, r.id, r.team_id);
         IF rule.id IS NOT NULL THEN
             s.state := 'awaiting_approval'; s.executions := 0;
         END IF;
@@ -1018,10 +1029,10 @@ BEGIN
             stopped := ledger_exceeded_limit(r, p_now, false);
         END IF;
     END IF;
-    INSERT INTO runs_step (run_id, journal_month, "index", kind, name, effect, enforced_by, arguments,
+    INSERT INTO runs_step (run_id, journal_month, team_id, "index", kind, name, effect, enforced_by, arguments,
         arguments_hash, idempotency_key, state, result, usage_input_tokens, usage_output_tokens,
         usage_cost_usd, epoch, intent_at, outcome_at, executions)
-    VALUES (s.run_id, r.journal_month, s."index", s.kind, s.name, s.effect, s.enforced_by, s.arguments,
+    VALUES (s.run_id, r.journal_month, r.team_id, s."index", s.kind, s.name, s.effect, s.enforced_by, s.arguments,
         s.arguments_hash, s.idempotency_key, s.state, s.result, s.usage_input_tokens,
         s.usage_output_tokens, s.usage_cost_usd, s.epoch, s.intent_at, s.outcome_at, s.executions)
     RETURNING * INTO s;  -- the row as stored (its id, and any column's database default)

@@ -143,10 +143,13 @@ def test_a_big_export_runs_as_a_job_with_progress_and_a_download_link(
     assert verify_export_file(job.path, load_public_key(PUBLIC_KEY)).ok
 
     # another auditor cannot fetch someone else's export
-    from django.contrib.auth.models import Group, User
+    from django.contrib.auth.models import User
+
+    from teams.models import default_team
+    from teams.services import grant_role
 
     other = User.objects.create_user(username="other-auditor")
-    other.groups.add(Group.objects.get(name="auditors"))
+    grant_role(other, default_team(), "auditor", actor="tests")
     stranger = Client()
     stranger.force_login(other)
     assert stranger.get(f"/audit/exports/{job.pk}/download").status_code == 404

@@ -15,6 +15,8 @@ from runs.services.creation import run_create
 from runs.services.enforcement import run_lease_expire
 from runs.services.leases import run_lease_acquire
 from runs.services.steps import step_intent_record, step_outcome_record
+from teams.models import default_team
+from teams.services import GROUP_ROLE, roles_of, roles_set_in
 
 PASSWORD = "correct-horse-battery-9"
 
@@ -35,7 +37,12 @@ def user_in(group: str | None, username: str | None = None, email: str = "") -> 
     user.email = email or user.email
     user.save()
     if group:
+        # the people page's group, and the role in `default` it stands for (as sso.services
+        # keeps them): the permissions come from the role (teams.backends)
         user.groups.add(Group.objects.get(name=group))
+        roles_set_in(
+            user, default_team(), {*roles_of(user).get(default_team().pk, ()), GROUP_ROLE[group]}
+        )
     return user
 
 

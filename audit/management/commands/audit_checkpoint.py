@@ -3,6 +3,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from audit.checkpoints import checkpoint_create
+from teams.scope import command_scope
 
 
 class Command(BaseCommand):
@@ -11,6 +12,7 @@ class Command(BaseCommand):
         "task does). Refuses over a broken chain, raises a dashboard alert and exits 1."
     )
 
+    @command_scope("checkpoints")
     def handle(self, *args: Any, **options: Any) -> None:
         result = checkpoint_create(actor="system:command")
         check = result.check

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from audit.evidence import evidence_pack_write, evidence_scope_parse
 from runs.api_errors import ApplicationError
+from teams.scope import command_scope
 
 
 class Command(BaseCommand):
@@ -29,6 +30,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--output", "-o", required=True, help="the .zip file to write")
 
+    @command_scope("operator command")
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             scope = evidence_scope_parse(

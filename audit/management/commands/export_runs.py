@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from audit.exports import export_filters_parse, export_stream
 from runs.api_errors import ApplicationError
+from teams.scope import command_scope
 
 
 class Command(BaseCommand):
@@ -33,6 +34,7 @@ class Command(BaseCommand):
             "--no-progress", action="store_true", help="no progress bar even on a terminal"
         )
 
+    @command_scope("operator command")
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             filters = export_filters_parse(

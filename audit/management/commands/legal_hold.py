@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from audit.permissions import is_admin
 from audit.retention import legal_hold_change
 from runs.api_errors import ApplicationError
+from teams.scope import command_scope
 
 
 class Command(BaseCommand):
@@ -26,6 +27,7 @@ class Command(BaseCommand):
             "--by", required=True, help="the username of the admin who decided (a dashboard user)"
         )
 
+    @command_scope("operator command")
     def handle(self, *args: Any, **options: Any) -> None:
         user = get_user_model()._default_manager.filter(username=options["by"]).first()
         if user is None:

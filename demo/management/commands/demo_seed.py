@@ -14,6 +14,9 @@ from review.services.policies import budget_policy_save
 from runs.authentication import hash_token
 from runs.models import BudgetPolicy, WorkerToken
 from runs.tokens import worker_token_create
+from teams.models import default_team
+from teams.scope import every_team_scope, set_current
+from teams.services import GROUP_ROLE, grant_role
 
 USERS = (("supervisor", "supervisors"), ("admin", "admins"), ("auditor", "auditors"))
 
@@ -60,6 +63,8 @@ class Command(BaseCommand):
             # server and the workers commit as usual
             cursor.execute("SET synchronous_commit TO off")
         call_command("migrate", interactive=False, verbosity=0)  # one Django start-up, not two
+        # the demo's rows: every team seen, new ones in `default` (teams.scope)
+        set_current(every_team_scope("operator command", home=default_team().pk))
         created = []
         for name, group_name in USERS:
             user = User.objects.filter(username=name).first()
@@ -74,6 +79,7 @@ class Command(BaseCommand):
                 )
                 created.append((name, group_name, password))
             user.groups.add(Group.objects.get(name=group_name))  # groups come from a migration
+            grant_role(user, default_team(), GROUP_ROLE[group_name], actor="demo_seed")
         if created:
             lines = "".join(f"{n}\t{p}\t(group {g})\n" for n, g, p in created)
             private_write(state / "credentials.txt", lines, mode="a")

@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from demo.story import deployment_watch, run_story
+from teams.scope import command_scope
 
 
 class Command(BaseCommand):
@@ -44,6 +45,7 @@ class Command(BaseCommand):
             "services keep running while this one does)",
         )
 
+    @command_scope("operator command", home_default=True)
     def handle(
         self,
         *args: Any,

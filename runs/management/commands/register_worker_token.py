@@ -6,6 +6,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from runs.api_errors import ApplicationError
 from runs.tokens import worker_token_register
+from teams.models import DEFAULT_TEAM_SLUG, Team
+from teams.scope import team_scope
 
 
 class Command(BaseCommand):
@@ -17,15 +19,22 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("name", help="a name that says which worker or deployment uses it")
+        parser.add_argument(
+            "--team", default=DEFAULT_TEAM_SLUG, help="the token's team (default: default)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         raw = os.environ.get("INTENTLEDGER_TOKEN", "").strip()
         if not raw:
             raise CommandError("INTENTLEDGER_TOKEN is not set: nothing to register.")
+        team = Team.objects.filter(slug=options["team"]).first()
+        if team is None:
+            raise CommandError(f"No team {options['team']!r} (manage.py create_team SLUG).")
         try:
-            token, created = worker_token_register(
-                name=options["name"], raw=raw, created_by="manage.py"
-            )
+            with team_scope(team.pk):
+                token, created = worker_token_register(
+                    name=options["name"], raw=raw, created_by="manage.py"
+                )
         except ApplicationError as error:
             raise CommandError(str(error)) from error
         if created:

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from runs.chain import run_chain_breaks
 from runs.models import Run
+from teams.scope import command_scope
 
 
 class Command(BaseCommand):
@@ -13,6 +14,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--run", dest="run_id", help="only this run id")
 
+    @command_scope("operator command")
     def handle(self, *args: Any, **options: Any) -> None:
         runs = Run.objects.order_by("created_at")
         if options["run_id"]:

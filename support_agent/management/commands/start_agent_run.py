@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from celery_agents.services import agent_run_start
 from support_agent.support import AGENT, ticket_input
+from teams.scope import command_scope
 
 
 class Command(BaseCommand):
@@ -20,6 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("--subject", help="subject (overrides the demo inbox)")
         parser.add_argument("--body", help="body (overrides the demo inbox)")
 
+    @command_scope("operator command", home_default=True)
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             run_input = ticket_input(

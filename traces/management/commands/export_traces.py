@@ -5,6 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from teams.scope import command_scope
 from traces.exporter import endpoint_configured, export_pending
 
 
@@ -27,6 +28,7 @@ class Command(BaseCommand):
             "--interval", type=float, default=2.0, help="seconds between rounds (foreground)"
         )
 
+    @command_scope("traces")
     def handle(self, *args: Any, once: bool, interval: float, **options: Any) -> None:
         if not endpoint_configured():
             raise CommandError(
