@@ -5,7 +5,7 @@ worker.
 What the test substitutes, and why: no image registry answers on the test machines, so the
 `postgres` and `redis` services run stand-ins built here from the local Debian base
 (tests/deploy/images: Debian's PostgreSQL 17 and Redis, with the official images' variables,
-data folders and health commands), named through compose.yaml's POSTGRES_IMAGE and REDIS_IMAGE;
+init scripts, data folders and health commands), named through compose.yaml's POSTGRES_IMAGE and REDIS_IMAGE;
 the ledger's image is the one test_image.py builds (LEDGER_IMAGE). Everything else is the file as
 a user runs it, on its own network, its port published, with the README's command (`up -d`, no
 service named): Debian's podman-compose (1.0.3) knows no profiles, so the file has none (PgBouncer
@@ -181,6 +181,12 @@ def test_compose_up_gives_a_ledger_whose_worker_completes_a_run(
         assert holders.startswith("celery:"), holders
         assert psql(podman, project, "SELECT count(*) FROM tools_outboundemail") == "1"
         assert psql(podman, project, "SELECT name FROM runs_workertoken") == "workers"
+        # all of it as `ledger`, an ordinary role (compose.postgres-init.sql) that migrate made
+        # the owner of every table, so that row-level security forced on a table binds it
+        role = "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = 'ledger'"
+        assert psql(podman, project, role) == "f|f"
+        owners = "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'public'"
+        assert psql(podman, project, owners) == "ledger"
         # and the file gives every setting a person would meet missing (config.deployment)
         for service in ("web", "worker", "beat"):
             logs = podman("logs", container_of(podman, project, service), check=False)

@@ -63,15 +63,17 @@ def streaming_pair() -> Iterator[tuple[str, str]]:
     try:
         with psycopg.connect(f"postgresql://root@127.0.0.1:{primary_port}/postgres") as conn:
             conn.autocommit = True
-            conn.execute("CREATE DATABASE ledger")
+            # the ledger's role: an ordinary one owning its database (docs/deploy.md)
+            conn.execute("CREATE ROLE ledger LOGIN")
+            conn.execute("CREATE DATABASE ledger OWNER ledger")
         run([str(pg_bin / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary_port),
              "-U", "root", "-D", str(replica), "-R", "-X", "stream", "--no-sync", "--checkpoint=fast"])  # fmt: skip
         with open(replica / "postgresql.auto.conf", "a") as conf:
             conf.write(f"port = {replica_port}\n")
         run([pg_ctl, "-D", str(replica), "-l", str(folder / "replica.log"), "-w", "start"])
         yield (
-            f"postgres://root@127.0.0.1:{primary_port}/ledger",
-            f"postgres://root@127.0.0.1:{replica_port}/ledger",
+            f"postgres://ledger@127.0.0.1:{primary_port}/ledger",
+            f"postgres://ledger@127.0.0.1:{replica_port}/ledger",
         )
     finally:
         for data in (replica, primary):
