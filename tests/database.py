@@ -9,13 +9,13 @@ of a second). A later session reuses the template only while the fingerprint mat
 changed or added migration rebuilds it: never a stale schema. `pytest --create-db` rebuilds it
 regardless. The template stays on the server between sessions; the clones are dropped at the end.
 
-The suite connects as an ordinary role, as the ledger does on a managed database: `TEST_DATABASE_ROLE`
-(default `ledger_app`: LOGIN and CREATEDB, never SUPERUSER or BYPASSRLS). Its migrations run as that
-role, so it owns the tables, and row-level security forced on a table binds it. The harness makes
-the role when it is missing, and drops databases and ends connections that are not the role's, on
-a connection of its own: `TEST_ADMIN_DATABASE_URL`, a superuser (default: `DATABASE_URL` as given,
-`root` here). The session, and every server and worker it starts, take the role's URL
-(`application_role_settings`, from tests/conftest.py before any connection opens).
+The suite connects as an ordinary role, as the ledger does on a managed database:
+`TEST_DATABASE_ROLE` (default `ledger_app`: LOGIN and CREATEDB, never SUPERUSER or BYPASSRLS). Its
+migrations run as that role, so it owns the tables, and row-level security forced on a table binds
+it. The harness makes the role when it is missing, and drops databases and ends connections that
+are not the role's, on a connection of its own: `TEST_ADMIN_DATABASE_URL`, a superuser (default:
+`DATABASE_URL` as given, `root` here). The session, and every server and worker it starts, take
+the role's URL (`application_role_settings`, from tests/conftest.py before any connection opens).
 """
 
 import ast

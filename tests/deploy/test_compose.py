@@ -5,13 +5,13 @@ worker.
 What the test substitutes, and why: no image registry answers on the test machines, so the
 `postgres` and `redis` services run stand-ins built here from the local Debian base
 (tests/deploy/images: Debian's PostgreSQL 17 and Redis, with the official images' variables,
-init scripts, data folders and health commands), named through compose.yaml's POSTGRES_IMAGE and REDIS_IMAGE;
-the ledger's image is the one test_image.py builds (LEDGER_IMAGE). Everything else is the file as
-a user runs it, on its own network, its port published, with the README's command (`up -d`, no
-service named): Debian's podman-compose (1.0.3) knows no profiles, so the file has none (PgBouncer
-is compose.pgbouncer.yaml's) and nothing it starts needs an image from a registry. It does not wait
-for `depends_on` conditions: the ledger copes (migrate waits for PostgreSQL; web answers /readyz
-503 `migrations` until migrate is done).
+init scripts, data folders and health commands), named through compose.yaml's POSTGRES_IMAGE and
+REDIS_IMAGE; the ledger's image is the one test_image.py builds (LEDGER_IMAGE). Everything else is
+the file as a user runs it, on its own network, its port published, with the README's command
+(`up -d`, no service named): Debian's podman-compose (1.0.3) knows no profiles, so the file has
+none (PgBouncer is compose.pgbouncer.yaml's) and nothing it starts needs an image from a registry.
+It does not wait for `depends_on` conditions: the ledger copes (migrate waits for PostgreSQL; web
+answers /readyz 503 `migrations` until migrate is done).
 """
 
 import base64
