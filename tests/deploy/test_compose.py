@@ -119,12 +119,14 @@ def psql(podman: Podman, project: str, sql: str) -> str:
 def start_agent_run(podman: Podman, web: str, ticket: str) -> subprocess.CompletedProcess[str]:
     """`manage.py start_agent_run` in the web container. Podman's container DNS (aardvark) has
     been seen to fail a lookup of `postgres` once under load, right after web itself answered
-    /readyz through it: such an answer is asked again, a few times (the command attaches to the
-    same run by its ticket, so a second call starts nothing twice); any other failure fails."""
+    /readyz through it, as a temporary failure or as "Name or service not known": such an answer
+    is asked again, a few times (the command attaches to the same run by its ticket, so a second
+    call starts nothing twice); any other failure fails."""
     argv = ("exec", web, "python", "manage.py", "start_agent_run", "--ticket", ticket)
     for _ in range(4):
         answer = podman(*argv, check=False)
-        if answer.returncode == 0 or "name resolution" not in answer.stderr:
+        lookup = ("name resolution", "failed to resolve host 'postgres'")
+        if answer.returncode == 0 or not any(words in answer.stderr for words in lookup):
             break
         time.sleep(2)
     assert answer.returncode == 0, f"start_agent_run exited {answer.returncode}: {answer.stderr}"
