@@ -150,7 +150,9 @@ def test_the_dashboard_reads_the_replica_and_says_when_it_lags(
         log_in(browser, base, "boss", "correct horse battery")
         assert browser.get(f"/runs/{seen}/").status_code == 200
 
-        on_replica(replica, "SELECT pg_wal_replay_pause()")
+        # the standby's superuser pauses its replay (the ledger's own role may not)
+        admin = replica.replace("postgres://ledger@", "postgres://root@", 1)
+        on_replica(admin, "SELECT pg_wal_replay_pause()")
         try:
             # the primary decides: leases and steps go on while the standby stands still
             unseen = journal_a_step(api)
@@ -162,7 +164,7 @@ def test_the_dashboard_reads_the_replica_and_says_when_it_lags(
             assert 'id="replica-lag"' in listing.text
             assert "behind the primary" in listing.text
         finally:
-            on_replica(replica, "SELECT pg_wal_replay_resume()")
+            on_replica(admin, "SELECT pg_wal_replay_resume()")
 
         wait_for_replica(replica, unseen)
         time.sleep(2.1)
