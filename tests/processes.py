@@ -28,6 +28,7 @@ from contextlib import contextmanager, suppress
 from email import message_from_bytes
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / ".pytest_cache"
@@ -110,14 +111,18 @@ def celery_app_on(broker_url: str) -> Iterator[Any]:
 
 
 def test_database_url(*, idle_session_seconds: int = 0) -> str:
-    """The URL of the test database pytest-django created, for processes the tests start;
+    """The URL of the test database pytest-django created, as the suite's ordinary role
+    (tests/database.py), for processes the tests start;
     `idle_session_seconds`: PostgreSQL ends a connection of that URL's once it has been idle
     (outside a transaction) that long (`idle_session_timeout`, sent as a connection option)."""
     from django.db import connection
 
     settings = connection.settings_dict
+    login = settings["USER"] or "root"
+    if settings.get("PASSWORD"):
+        login += f":{quote(settings['PASSWORD'], safe='')}"
     url = (
-        f"postgres://{settings['USER'] or 'root'}@{settings['HOST'] or '127.0.0.1'}:"
+        f"postgres://{login}@{settings['HOST'] or '127.0.0.1'}:"
         f"{settings['PORT'] or 5432}/{settings['NAME']}"
     )
     if idle_session_seconds:

@@ -21,6 +21,7 @@ from bench.testdata import runs_bulk_create
 from runs.canonical import GENESIS_HASH, canonical_json
 from runs.models import Event
 from tests.audit.conftest import PUBLIC_KEY
+from tests.database import guards_off
 from tests.runs.journal_client import JournalClient
 
 
@@ -75,14 +76,12 @@ def test_a_journalled_run_exports_and_verifies(api: APIClient, tmp_path: Any) ->
 
 def _edit_event_behind_the_apps_back(run_id: Any, seq: int) -> None:
     """What an attacker with database access does: skip the trigger, rewrite one payload."""
-    with connection.cursor() as cursor:
-        cursor.execute("SET session_replication_role = replica")
+    with connection.cursor() as cursor, guards_off(cursor, "runs_event"):
         cursor.execute(
             "UPDATE runs_event SET payload = jsonb_set(payload, '{name}', '\"tickets.delete\"') "
             "WHERE run_id = %s AND seq = %s",
             [run_id, seq],
         )
-        cursor.execute("SET session_replication_role = DEFAULT")
 
 
 def test_the_append_only_trigger_refuses_an_ordinary_update(db: Any) -> None:
@@ -198,8 +197,7 @@ def _rewrite_chain_with_recomputed_hashes(run_id: Any, *, from_seq: int) -> None
     from runs.canonical import event_body, event_hash
     from runs.models import Run
 
-    with connection.cursor() as cursor:
-        cursor.execute("SET session_replication_role = replica")
+    with connection.cursor() as cursor, guards_off(cursor, "runs_event"):
         cursor.execute(
             "UPDATE runs_event SET actor = 'worker:mallory' WHERE run_id = %s AND seq = %s",
             [run_id, from_seq],
@@ -221,7 +219,6 @@ def _rewrite_chain_with_recomputed_hashes(run_id: Any, *, from_seq: int) -> None
             )
             prev = digest
         cursor.execute("UPDATE runs_run SET event_head = %s WHERE id = %s", [prev, run_id])
-        cursor.execute("SET session_replication_role = DEFAULT")
     assert Run.objects.get(pk=run_id).event_head == prev
 
 

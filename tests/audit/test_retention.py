@@ -18,6 +18,7 @@ from bench.testdata import runs_bulk_create
 from dashboard.audit import AuditEntry
 from runs.chain import run_chain_breaks
 from runs.models import Approval, ApprovalRequest, Event, Run, Step
+from tests.database import guards_off
 
 
 def _age(ids: list[Any], days: int) -> None:
@@ -93,12 +94,10 @@ def test_nothing_is_purged_while_the_policy_is_off(db: Any) -> None:
 def test_a_broken_chain_stops_the_purge(db: Any) -> None:
     RetentionPolicy.objects.create(pk=1, enabled=True, keep_days=190)
     ids = runs_bulk_create(runs=3, steps_per_run=1, created_at=_created(days_ago=270))
-    with connection.cursor() as cursor:
-        cursor.execute("SET session_replication_role = replica")
+    with connection.cursor() as cursor, guards_off(cursor, "runs_event"):
         cursor.execute(
             "UPDATE runs_event SET actor = 'mallory' WHERE run_id = %s AND seq = 2", [ids[1]]
         )
-        cursor.execute("SET session_replication_role = DEFAULT")
     result = retention_purge()
     assert result.purged == 0 and "no signed checkpoint" in result.refused
     assert Run.objects.count() == 3

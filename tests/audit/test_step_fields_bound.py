@@ -22,6 +22,7 @@ from audit.models import ChainAlert
 from audit.verify import load_public_key, verify_export_file
 from runs.services.decisions import step_resolve
 from tests.audit.conftest import PUBLIC_KEY
+from tests.database import guards_off
 from tests.review.factories import finish_run_as_worker, killed_support_run, user_in
 
 
@@ -92,14 +93,12 @@ EDITS = [
 def test_a_step_row_edited_in_the_database_is_named_by_every_check(
     resolved_run: str, tmp_path: Path, field: str, sql: str, index: int
 ) -> None:
-    with connection.cursor() as cursor:
-        if field == "state":
-            # a done step may not move (runs_step_state_guard); whoever edits rows by hand can
-            # switch the guards off, as here, and the checks must still name the step
-            cursor.execute("SET LOCAL session_replication_role = replica")
+    # a done step may not move (runs_step_state_guard); whoever edits rows by hand can switch
+    # the guards off, as here, and the checks must still name the step
+    guarded = ("runs_step",) if field == "state" else ()
+    with connection.cursor() as cursor, guards_off(cursor, *guarded):
         cursor.execute(sql + " AND run_id = %s", [resolved_run])
         assert cursor.rowcount == 1
-        cursor.execute("SET LOCAL session_replication_role = origin")
     named = f"step {index} {field} "
 
     code, output = _verify_journal(resolved_run)

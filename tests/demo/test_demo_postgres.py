@@ -96,7 +96,13 @@ def test_as_root_the_demo_leaves_the_modes_of_a_checkouts_ancestors_alone(
     url = database_url(embedded(checkout, "start"))
 
     with psycopg.connect(url) as db:
-        assert db.execute("SELECT current_database()").fetchone() == ("intentledger",)
+        # as an ordinary role (the superuser only set it up), owner of the database
+        who = db.execute(
+            "SELECT current_database(), rolsuper, rolbypassrls, pg_get_userbyid(d.datdba)"
+            " = current_user FROM pg_roles, pg_database d"
+            " WHERE rolname = current_user AND d.datname = current_database()"
+        ).fetchone()
+        assert who == ("intentledger", False, False, True)
     assert modes(checkout / ".demo") == before
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     embedded(checkout, "stop")

@@ -5,13 +5,13 @@ worker.
 What the test substitutes, and why: no image registry answers on the test machines, so the
 `postgres` and `redis` services run stand-ins built here from the local Debian base
 (tests/deploy/images: Debian's PostgreSQL 17 and Redis, with the official images' variables,
-data folders and health commands), named through compose.yaml's POSTGRES_IMAGE and REDIS_IMAGE;
-the ledger's image is the one test_image.py builds (LEDGER_IMAGE). Everything else is the file as
-a user runs it, on its own network, its port published, with the README's command (`up -d`, no
-service named): Debian's podman-compose (1.0.3) knows no profiles, so the file has none (PgBouncer
-is compose.pgbouncer.yaml's) and nothing it starts needs an image from a registry. It does not wait
-for `depends_on` conditions: the ledger copes (migrate waits for PostgreSQL; web answers /readyz
-503 `migrations` until migrate is done).
+init scripts, data folders and health commands), named through compose.yaml's POSTGRES_IMAGE and
+REDIS_IMAGE; the ledger's image is the one test_image.py builds (LEDGER_IMAGE). Everything else is
+the file as a user runs it, on its own network, its port published, with the README's command
+(`up -d`, no service named): Debian's podman-compose (1.0.3) knows no profiles, so the file has
+none (PgBouncer is compose.pgbouncer.yaml's) and nothing it starts needs an image from a registry.
+It does not wait for `depends_on` conditions: the ledger copes (migrate waits for PostgreSQL; web
+answers /readyz 503 `migrations` until migrate is done).
 """
 
 import base64
@@ -119,12 +119,14 @@ def psql(podman: Podman, project: str, sql: str) -> str:
 def start_agent_run(podman: Podman, web: str, ticket: str) -> subprocess.CompletedProcess[str]:
     """`manage.py start_agent_run` in the web container. Podman's container DNS (aardvark) has
     been seen to fail a lookup of `postgres` once under load, right after web itself answered
-    /readyz through it: such an answer is asked again, a few times (the command attaches to the
-    same run by its ticket, so a second call starts nothing twice); any other failure fails."""
+    /readyz through it, as a temporary failure or as "Name or service not known": such an answer
+    is asked again, a few times (the command attaches to the same run by its ticket, so a second
+    call starts nothing twice); any other failure fails."""
     argv = ("exec", web, "python", "manage.py", "start_agent_run", "--ticket", ticket)
     for _ in range(4):
         answer = podman(*argv, check=False)
-        if answer.returncode == 0 or "name resolution" not in answer.stderr:
+        lookup = ("name resolution", "failed to resolve host 'postgres'")
+        if answer.returncode == 0 or not any(words in answer.stderr for words in lookup):
             break
         time.sleep(2)
     assert answer.returncode == 0, f"start_agent_run exited {answer.returncode}: {answer.stderr}"
@@ -181,6 +183,12 @@ def test_compose_up_gives_a_ledger_whose_worker_completes_a_run(
         assert holders.startswith("celery:"), holders
         assert psql(podman, project, "SELECT count(*) FROM tools_outboundemail") == "1"
         assert psql(podman, project, "SELECT name FROM runs_workertoken") == "workers"
+        # all of it as `ledger`, an ordinary role (compose.postgres-init.sql) that migrate made
+        # the owner of every table, so that row-level security forced on a table binds it
+        role = "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = 'ledger'"
+        assert psql(podman, project, role) == "f|f"
+        owners = "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'public'"
+        assert psql(podman, project, owners) == "ledger"
         # and the file gives every setting a person would meet missing (config.deployment)
         for service in ("web", "worker", "beat"):
             logs = podman("logs", container_of(podman, project, service), check=False)

@@ -1,7 +1,8 @@
 """The server image, run as a deployment runs it: `migrate`, then `web`, against a database of its
-own on the test PostgreSQL, and the README's SDK example from a virtualenv holding nothing of
-ours but the SDK. Killed after its email step and started again, the example leaves one ticket and
-one email. What the image cannot reach, `/readyz` names."""
+own on the test PostgreSQL, as an ordinary role that owns it (docs/deploy.md), and the README's
+SDK example from a virtualenv holding nothing of ours but the SDK. Killed after its email step
+and started again, the example leaves one ticket and one email. What the image cannot reach,
+`/readyz` names."""
 
 import os
 import signal
@@ -15,7 +16,11 @@ import httpx
 import psycopg
 import pytest
 
-from tests.deploy.databases import fresh_database
+from tests.deploy.databases import (
+    an_ordinary_role_owning_every_table,
+    connected_role,
+    fresh_database,
+)
 from tests.deploy.podman import Podman, image_size, sdk_only_virtualenv
 from tests.doc_examples import doc_example
 from tests.processes import STARTUP_TIMEOUT, free_port, redis_url, smtp_sink
@@ -100,6 +105,8 @@ def test_the_image_serves_a_ledger_the_readme_example_survives_a_kill_against(
         assert "set -eu" not in told and "anything else is run as given" in told
         migrated = podman(*run_once, "migrate")
         assert "Applying runs.0001" in migrated.stdout, migrated.stdout
+        # as an ordinary role (no superuser, no BYPASSRLS), which now owns every table
+        assert connected_role(database_url) == an_ordinary_role_owning_every_table()
 
         port = free_port()
         url = f"http://127.0.0.1:{port}"

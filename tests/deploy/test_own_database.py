@@ -1,9 +1,10 @@
 """The README's third way to run the ledger, "your own PostgreSQL and broker", run as written: its
 block's commands in its order, from this checkout, with only the environment's values put in
-(a fresh database on the test server, this process's own Redis database, a local SMTP server,
-the address the test's server listens on). A run queued with `manage.py start_agent_run` then
-completes on the block's Celery worker, the README's SDK example completes against its server
-with the token the block makes, and the first admin signs in over the block's plain HTTP.
+(a fresh database on the test server, owned by an ordinary role as docs/deploy.md makes one, this
+process's own Redis database, a local SMTP server, the address the test's server listens on). A
+run queued with `manage.py start_agent_run` then completes on the block's Celery worker, the
+README's SDK example completes against its server with the token the block makes, and the first
+admin signs in over the block's plain HTTP.
 
 What the test does not do as written, and why: the block's first line (a virtualenv with the SDK
 and the server's dependencies) is this suite's own virtualenv, which holds both; `.venv/bin/`
@@ -30,7 +31,11 @@ import httpx
 import psycopg
 import pytest
 
-from tests.deploy.databases import fresh_database
+from tests.deploy.databases import (
+    an_ordinary_role_owning_every_table,
+    connected_role,
+    fresh_database,
+)
 from tests.doc_examples import doc_example
 from tests.processes import (
     ROOT,
@@ -203,6 +208,9 @@ def test_the_readmes_own_database_block_as_written_runs_a_queued_run(
             # every setting the block gives is one the deploy check would have named
             checked = outputs["manage.py check"]
             assert "ledger.W0" not in checked.stdout + checked.stderr, checked.stderr
+            # the block's DATABASE_URL is an ordinary role owning the database, as the README
+            # says to make it (docs/deploy.md): its migrate made it the owner of every table
+            assert connected_role(database_url) == an_ordinary_role_owning_every_table()
             wait_for(lambda: ready(url), "the block's gunicorn ready")
 
             queued = subprocess.run(

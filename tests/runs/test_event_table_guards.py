@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 
 from runs.canonical import GENESIS_HASH
 from runs.models import Event, Run
+from tests.database import APP_ROLE, admin_connect
 from tests.runs.journal_client import JournalClient
 
 
@@ -27,22 +28,31 @@ def journalled_run(api: APIClient) -> str:
     return run_id
 
 
-@pytest.fixture
-def intruder(db: None) -> Iterator[str]:
-    """A role that is not the table's owner, with plain table rights; dropped afterwards."""
+@pytest.fixture(scope="module")
+def intruder_role() -> Iterator[str]:
+    """A role of its own, made by the admin (the suite's role may not make roles) and granted to
+    the suite's role so that its connection may SET ROLE to it; dropped after the module's last
+    test, whose transaction has taken back what the tests granted it."""
     name = f"ledger_intruder_{uuid4().hex[:10]}"
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE ROLE {name}")
-        cursor.execute(f"GRANT SELECT, INSERT, DELETE ON runs_event TO {name}")
-        cursor.execute(f"GRANT SELECT ON runs_run TO {name}")
-        cursor.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {name}")
+    with admin_connect() as admin:
+        admin.execute(f"CREATE ROLE {name}")
+        admin.execute(f'GRANT {name} TO "{APP_ROLE}"')
     try:
         yield name
     finally:
-        with connection.cursor() as cursor:
-            cursor.execute("RESET ROLE")
-            cursor.execute(f"DROP OWNED BY {name}")
-            cursor.execute(f"DROP ROLE {name}")
+        with admin_connect() as admin:
+            admin.execute(f"DROP ROLE {name}")
+
+
+@pytest.fixture
+def intruder(intruder_role: str, db: None) -> str:
+    """A role that is not the table's owner, with plain table rights (the owner grants them, in
+    the test's transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"GRANT SELECT, INSERT, DELETE ON runs_event TO {intruder_role}")
+        cursor.execute(f"GRANT SELECT ON runs_run TO {intruder_role}")
+        cursor.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {intruder_role}")
+    return intruder_role
 
 
 def _as(role: str, sql: str, params: list[Any]) -> None:

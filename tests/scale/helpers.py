@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from tests.conftest import ROOT, free_port, stop_process
+from tests.database import APP_PASSWORD, APP_ROLE
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
@@ -30,7 +31,8 @@ def pgbouncer(*, pool_size: int, upstream_port: int = 5432) -> Iterator[int]:
     port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="ledger-pgbouncer-"))
     folder.chmod(0o755)
-    (folder / "userlist.txt").write_text('"root" ""\n')
+    # the suite's role (tests/database.py), with the password PgBouncer logs in upstream with
+    (folder / "userlist.txt").write_text(f'"{APP_ROLE}" "{APP_PASSWORD}"\n')
     (folder / "pgbouncer.ini").write_text(
         "[databases]\n"
         f"* = host=127.0.0.1 port={upstream_port}\n"

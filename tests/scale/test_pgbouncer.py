@@ -47,7 +47,7 @@ def pooled_server(django_db_setup: Any, pgbouncer_port: int) -> Iterator[str]:
     """gunicorn on the pooler, one for the module (it keeps nothing between requests); the tests
     that use it take `transactional_db`, so what they write is committed."""
     settings = connection.settings_dict
-    url = f"postgres://root@127.0.0.1:{pgbouncer_port}/{settings['NAME']}"
+    url = f"postgres://{settings['USER']}@127.0.0.1:{pgbouncer_port}/{settings['NAME']}"
     # plain HTTP on loopback: the session and CSRF cookies may not be Secure-only here
     env = {"DATABASE_URL": url, "DATABASE_POOLER": "pgbouncer", "SECURE_COOKIES": "0"}
     with gunicorn_server(env=env, workers=2, threads=4, log_name="pgbouncer-gunicorn") as base:
@@ -158,7 +158,7 @@ def test_recovery_the_dashboard_and_verify_journal_work_through_the_pooler(
     settings = connection.settings_dict
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://root@127.0.0.1:{pgbouncer_port}/{settings['NAME']}",
+        "DATABASE_URL": f"postgres://{settings['USER']}@127.0.0.1:{pgbouncer_port}/{settings['NAME']}",
         "DATABASE_POOLER": "pgbouncer",
     }
     verified = subprocess.run(

@@ -63,15 +63,17 @@ def streaming_pair() -> Iterator[tuple[str, str]]:
     try:
         with psycopg.connect(f"postgresql://root@127.0.0.1:{primary_port}/postgres") as conn:
             conn.autocommit = True
-            conn.execute("CREATE DATABASE ledger")
+            # the ledger's role: an ordinary one owning its database (docs/deploy.md)
+            conn.execute("CREATE ROLE ledger LOGIN")
+            conn.execute("CREATE DATABASE ledger OWNER ledger")
         run([str(pg_bin / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary_port),
              "-U", "root", "-D", str(replica), "-R", "-X", "stream", "--no-sync", "--checkpoint=fast"])  # fmt: skip
         with open(replica / "postgresql.auto.conf", "a") as conf:
             conf.write(f"port = {replica_port}\n")
         run([pg_ctl, "-D", str(replica), "-l", str(folder / "replica.log"), "-w", "start"])
         yield (
-            f"postgres://root@127.0.0.1:{primary_port}/ledger",
-            f"postgres://root@127.0.0.1:{replica_port}/ledger",
+            f"postgres://ledger@127.0.0.1:{primary_port}/ledger",
+            f"postgres://ledger@127.0.0.1:{replica_port}/ledger",
         )
     finally:
         for data in (replica, primary):
@@ -148,7 +150,9 @@ def test_the_dashboard_reads_the_replica_and_says_when_it_lags(
         log_in(browser, base, "boss", "correct horse battery")
         assert browser.get(f"/runs/{seen}/").status_code == 200
 
-        on_replica(replica, "SELECT pg_wal_replay_pause()")
+        # the standby's superuser pauses its replay (the ledger's own role may not)
+        admin = replica.replace("postgres://ledger@", "postgres://root@", 1)
+        on_replica(admin, "SELECT pg_wal_replay_pause()")
         try:
             # the primary decides: leases and steps go on while the standby stands still
             unseen = journal_a_step(api)
@@ -160,7 +164,7 @@ def test_the_dashboard_reads_the_replica_and_says_when_it_lags(
             assert 'id="replica-lag"' in listing.text
             assert "behind the primary" in listing.text
         finally:
-            on_replica(replica, "SELECT pg_wal_replay_resume()")
+            on_replica(admin, "SELECT pg_wal_replay_resume()")
 
         wait_for_replica(replica, unseen)
         time.sleep(2.1)
