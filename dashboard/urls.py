@@ -4,7 +4,7 @@ the names carry the namespace of the app each page grew up in (`review:login`, `
 
 from django.urls import URLPattern, path
 
-from dashboard.views import audit_log, auth, people
+from dashboard.views import audit_log, auth, people, teams
 
 # under the namespace `review` (review/urls.py)
 review_namespace: list[URLPattern] = [
@@ -12,6 +12,7 @@ review_namespace: list[URLPattern] = [
     path("logout/", auth.LogoutView.as_view(), name="logout"),
     path("password/", auth.PasswordChangeView.as_view(), name="password_change"),
     path("audit-log/", audit_log.audit_log, name="audit"),
+    path("team/", teams.team_switch, name="team_switch"),
 ]
 
 # under the namespace `sso` (sso/urls.py)

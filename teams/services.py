@@ -139,10 +139,11 @@ def resolvers_in(team_id: int | None = None) -> Any:
     from dashboard.roles import GROUP_PERMISSIONS
 
     roles = [GROUP_ROLE[g] for g, perms in GROUP_PERMISSIONS.items() if "resolve" in perms]
-    people = get_user_model()._default_manager.filter(is_active=True, team_roles__role__in=roles)
+    # one filter() call: the role and the team of the same membership
+    held: dict[str, Any] = {"team_roles__role__in": roles}
     if team_id is not None:
-        people = people.filter(team_roles__team_id=team_id)
-    return people.distinct()
+        held["team_roles__team_id"] = team_id
+    return get_user_model()._default_manager.filter(is_active=True, **held).distinct()
 
 
 def _forget_roles(user: Any) -> None:

@@ -22,6 +22,7 @@ from dashboard.views.common import (
     posted,
     render_polled,
     require_perm,
+    require_perm_on,
     tell,
 )
 from review import evidence, selectors, toolside
@@ -127,9 +128,11 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
         # what the open page shows; its poll swaps only when this changes (a note being
         # typed is not wiped every few seconds)
         "seen": f"{step.state}:{step.claimed_by_id or 0}:{int(claim_live)}:{approvals}",
-        "can_resolve": request.user.has_perm("review.resolve"),
+        "can_resolve": request.user.has_perm("review.resolve", step),
         "approval": approval,
-        "people": selectors.people_who_decide() if request.user.has_perm("review.resolve") else [],
+        "people": selectors.people_who_decide(step.team_id)
+        if request.user.has_perm("review.resolve", step)
+        else [],
         "form": extra.pop("form", None) or ResolveForm(),
         "resumed_by": selectors.run_resumed_by(step.run) if step.resolution_action else "",
         **extra,
@@ -216,6 +219,7 @@ def queue_item_action[F: forms.Form](
         @wraps(decide)
         def view(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
             step = _get_step(run_id, index)
+            require_perm_on(request, "resolve", step)  # in the item's team (404 if unseen)
             form = form_class(request.POST) if form_class is not None else None
             kept = form if keep_form else None
             if form is not None and not form.is_valid():
