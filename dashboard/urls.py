@@ -13,6 +13,7 @@ review_namespace: list[URLPattern] = [
     path("password/", auth.PasswordChangeView.as_view(), name="password_change"),
     path("audit-log/", audit_log.audit_log, name="audit"),
     path("team/", teams.team_switch, name="team_switch"),
+    path("teams/", teams.teams_page, name="teams"),
 ]
 
 # under the namespace `sso` (sso/urls.py)
@@ -20,6 +21,7 @@ sso_namespace: list[URLPattern] = [
     path("people/", people.people, name="people"),
     path("people/new", people.people_create, name="people_create"),
     path("people/<int:user_id>/groups", people.people_groups, name="people_groups"),
+    path("people/<int:user_id>/role", people.people_role, name="people_role"),
     path("people/<int:user_id>/deactivate", people.people_deactivate, name="people_deactivate"),
     path("people/<int:user_id>/reactivate", people.people_reactivate, name="people_reactivate"),
 ]

@@ -213,3 +213,67 @@ def test_new_rows_go_to_the_switched_team_and_several_teams_ask_to_choose(
     from review.models import EscalationWebhook
 
     assert EscalationWebhook.objects.get().team_id == returns.pk
+
+
+# -- the people page by team, and the org admin's teams ----------------------------------------
+
+
+def test_a_team_admin_grants_and_revokes_roles_in_their_team_only(
+    billing: Team, returns: Team
+) -> None:
+    _, ada = person("ada", billing="admin", returns="supervisor")
+    kim, _ = person("kim", returns="auditor")
+    page = ada.get("/people/").content.decode()
+    assert 'name="team"' in page and '<option value="billing">' in page
+    assert '<option value="returns">' not in page  # ada administers billing only
+
+    ada.post(f"/people/{kim.pk}/role", {"team": "billing", "role": "supervisor"})
+    assert kim.team_roles.filter(team=billing, role="supervisor").exists()
+    grant = AuditEntry.objects.get(
+        action="team.role_grant", details__username="kim", actor_name="ada"
+    )
+    assert (grant.actor_name, grant.team_id) == ("ada", billing.pk)
+    page = ada.get("/people/").content.decode()
+    row = page.split('data-user="kim"')[1].split("</tr>\n  \n")[0]
+    assert 'data-team="billing"' in row and "supervisor" in row
+
+    assert (
+        ada.post(f"/people/{kim.pk}/role", {"team": "returns", "role": "admin"}).status_code == 404
+    )
+    assert not kim.team_roles.filter(team=returns, role="admin").exists()
+
+    ada.post(
+        f"/people/{kim.pk}/role", {"team": "billing", "role": "supervisor", "change": "revoke"}
+    )
+    assert not kim.team_roles.filter(team=billing).exists()
+    assert AuditEntry.objects.filter(action="team.role_revoke", details__username="kim").exists()
+
+
+def test_a_team_admin_cannot_set_the_groups_that_stand_for_roles_in_default(
+    billing: Team,
+) -> None:
+    _, ada = person("ada", billing="admin")
+    kim, _ = person("kim", billing="supervisor")
+    assert ada.post(f"/people/{kim.pk}/groups", {"groups": ["admins"]}).status_code == 403
+    assert not kim.team_roles.filter(team=default_team()).exists()
+
+
+def test_the_org_admin_lists_teams_with_counts_and_creates_one_audited(
+    billing: Team, returns: Team
+) -> None:
+    item_in(billing)
+    person("bea", billing="supervisor", returns="auditor")
+    root = User.objects.create_superuser("root", password=PASSWORD)
+    client = Client()
+    client.force_login(root)
+    page = client.get("/teams/").content.decode()
+    row = page.split('data-team="billing"')[1].split("</tr>")[0]
+    assert '<td class="people">1</td>' in row and '<td class="runs">1</td>' in row
+    client.post("/teams/", {"slug": "support", "name": "Support"})
+    support = Team.objects.get(slug="support")
+    assert AuditEntry.objects.filter(action="team.create", team_id=support.pk).exists()
+    with team_scope(support.pk):
+        assert BudgetPolicy.objects.filter(is_default=True).count() == 1
+    assert client.post("/teams/", {"slug": "Not A Slug"}).status_code == 400
+    _, ada = person("ada", billing="admin")
+    assert ada.get("/teams/").status_code == 403
