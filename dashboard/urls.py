@@ -14,6 +14,7 @@ review_namespace: list[URLPattern] = [
     path("audit-log/", audit_log.audit_log, name="audit"),
     path("team/", teams.team_switch, name="team_switch"),
     path("teams/", teams.teams_page, name="teams"),
+    path("team/settings", teams.team_settings, name="team_settings"),
 ]
 
 # under the namespace `sso` (sso/urls.py)

@@ -1,6 +1,7 @@
 """The header's team switch: a person in several teams works in one of them, or in all of them
 at once ("all my teams": the pages that list runs show every team's, each with its team)."""
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -11,11 +12,13 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
+from dashboard.views.common import require_perm, require_perm_on
+from review.services.escalations import sla_seconds
 from runs.models import Run
 from teams.middleware import ALL_TEAMS, SESSION_TEAM
 from teams.models import Membership, Team
-from teams.scope import every_team
-from teams.services import roles_of, team_create
+from teams.scope import every_team, home_team_id
+from teams.services import roles_of, team_create, team_queue_settings_set
 
 
 def is_org_admin(user: object) -> bool:
@@ -75,3 +78,55 @@ def teams_page(request: HttpRequest) -> HttpResponse:
             for t in Team.objects.order_by("slug")
         ]
     return render(request, "dashboard/teams.html", {"nav": "teams", "rows": rows}, status=status)
+
+
+class QueueSettingsForm(forms.Form):
+    review_sla_minutes = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Queue SLA (minutes)",
+        help_text="How long an item may wait before it is escalated; empty: the ledger's default.",
+    )
+    escalation_email = forms.EmailField(
+        required=False,
+        label="Escalation address",
+        help_text="Where escalations are mailed; empty: the team's supervisors.",
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@require_perm("manage_policies", narrow=True)
+def team_settings(request: HttpRequest) -> HttpResponse:
+    """The switched team's queue settings, for its admins: its SLA and escalation address."""
+    home = home_team_id()
+    team = Team.objects.filter(pk=home).first() if home is not None else None
+    if team is None:
+        messages.error(request, "You see several teams: choose the team in the header first.")
+        return render(request, "dashboard/team_settings.html", {"nav": "notifications"})
+    require_perm_on(request, "manage_policies", Membership(team=team))
+    initial = {
+        "review_sla_minutes": team.review_sla_minutes,
+        "escalation_email": team.escalation_email,
+    }
+    form = QueueSettingsForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        team_queue_settings_set(
+            team=team,
+            review_sla_minutes=form.cleaned_data["review_sla_minutes"],
+            escalation_email=form.cleaned_data["escalation_email"] or "",
+            actor=request.user,
+        )
+        messages.success(request, f"Team {team.slug}'s queue settings saved.")
+        return HttpResponseRedirect(reverse("review:team_settings"))
+    context = {
+        "nav": "notifications",
+        "team": team,
+        "form": form,
+        "default_sla_minutes": sla_seconds() // 60,
+    }
+    return render(
+        request,
+        "dashboard/team_settings.html",
+        context,
+        status=400 if request.method == "POST" else 200,
+    )

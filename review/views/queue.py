@@ -28,7 +28,7 @@ from dashboard.views.common import (
 from review import evidence, selectors, toolside
 from review.forms import ApproveForm, AssignForm, BulkDecideForm, DenyForm, ResolveForm
 from review.services.claims import review_step_assign, review_step_claim, review_step_release
-from review.services.escalations import escalation_reachable, sla_seconds
+from review.services.escalations import escalation_reachable, sla_seconds, team_slas
 from review.services.resolutions import (
     review_step_approve,
     review_step_deny,
@@ -46,12 +46,15 @@ from runs.models import Step
 def _queue_context() -> dict[str, Any]:
     now = clock.now()
     sla = sla_seconds()
+    slas = team_slas()  # each item is coloured by its own team's SLA
     steps = selectors.queue_steps()
     items = [
         {
             "step": s,
             "waited": (now - s.intent_at).total_seconds(),
-            "level": selectors.sla_level((now - s.intent_at).total_seconds(), sla),
+            "level": selectors.sla_level(
+                (now - s.intent_at).total_seconds(), slas.get(s.team_id, sla)
+            ),
             "claim_live": s.claim_is_live(now),
             "claim_expired": s.claim_has_expired(now),
             **selectors.item_columns(s),
@@ -62,7 +65,9 @@ def _queue_context() -> dict[str, Any]:
         {
             "run": r,
             "waited": (now - r.updated_at).total_seconds(),
-            "level": selectors.sla_level((now - r.updated_at).total_seconds(), sla),
+            "level": selectors.sla_level(
+                (now - r.updated_at).total_seconds(), slas.get(r.team_id, sla)
+            ),
         }
         for r in selectors.queue_review_runs()
     ]
@@ -122,7 +127,9 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
         "evidence": evidence.step_evidence(step, key),
         "concerns": toolside.concerned_records(step.arguments),
         "waited": (now - step.intent_at).total_seconds(),
-        "level": selectors.sla_level((now - step.intent_at).total_seconds(), sla_seconds()),
+        "level": selectors.sla_level(
+            (now - step.intent_at).total_seconds(), team_slas().get(step.team_id, sla_seconds())
+        ),
         "claim_live": claim_live,
         "claimed_by_me": claim_live and step.claimed_by_id == request.user.pk,
         # what the open page shows; its poll swaps only when this changes (a note being
