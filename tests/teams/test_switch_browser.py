@@ -7,7 +7,7 @@ import pytest
 
 from teams.scope import team_scope
 from teams.services import team_create
-from tests.review.browser import browser, review_server, shot, signed_in  # noqa: F401
+from tests.review.browser import shot, signed_in
 from tests.review.factories import killed_support_run
 from tests.teams.test_switch_and_roles import person
 
@@ -15,8 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_person_in_two_teams_switches_between_one_queue_and_both(
-    browser: Any,  # noqa: F811
-    review_server: str,  # noqa: F811
+    browser: Any, review_server: str
 ) -> None:
     base = review_server
     billing = team_create(slug="billing", name="Billing", actor="tests")
