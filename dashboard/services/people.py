@@ -60,8 +60,22 @@ def _dashboard_groups(names: list[str]) -> set[str]:
     return set(names)
 
 
+def people_in_sight() -> Any:
+    """The people the current scope sees (teams.scope): everyone under every team (an org
+    admin); otherwise those holding a role in a team it sees (teams_membership is row-secured),
+    so a team's admin neither lists nor changes a person of another team only, who answers as
+    one that does not exist."""
+    from teams.models import Membership
+    from teams.scope import current
+
+    people = User.objects.all()
+    if current().every:
+        return people
+    return people.filter(pk__in=Membership.objects.values("user_id"))
+
+
 def _person(user_id: int) -> User:
-    user = User.objects.select_for_update().filter(pk=user_id).first()
+    user = people_in_sight().select_for_update().filter(pk=user_id).first()
     if user is None:
         raise ApplicationError("not_found", "No such user.", status_code=404)
     return user
