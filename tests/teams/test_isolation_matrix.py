@@ -482,7 +482,7 @@ class Recorder(APIClient):
 
     asked = ""
 
-    def generic(self, method: str, path: str, data: Any = "", *args: Any, **extra: Any) -> Any:
+    def generic(self, method: str, path: str, data: Any = "", *args: Any, **extra: Any) -> Any:  # type: ignore[override]
         self.asked = f"{method} {path} {data!r} {extra!r}"
         return super().generic(method, path, data, *args, **extra)
 
