@@ -49,6 +49,8 @@ EVERY_TEAM_USES: dict[str, str] = {
     "task dispatch": "a Celery task given a row's id (a run, an export job) reads which team it "
     "is in, then does its work under that team",
     "operator command": "a management command an operator runs over the whole ledger",
+    "people": "the people page tells a person of no team (a new account, an org admin) from a "
+    "person of other teams only, whom a team's admin does not see",
     "tests": "the test suite's default: tests that name no team see every team",
 }
 

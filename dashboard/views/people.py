@@ -8,7 +8,6 @@ lived in sso/ (dashboard/urls.py).
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -23,7 +22,7 @@ from sso.models import OidcIdentity
 
 
 def _people_rows() -> list[dict[str, Any]]:
-    users = User.objects.prefetch_related("groups").order_by("username")
+    users = services.people_in_sight().prefetch_related("groups").order_by("username")
     identities = {i.user_id: i for i in OidcIdentity.objects.all()}
     return [
         {
