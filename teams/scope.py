@@ -82,6 +82,10 @@ class Scope:
 
 
 NONE = Scope(teams=())
+# libpq's startup option for a session that reads every team by hand (an operator's psql:
+# `PGOPTIONS='-c ledger.teams=*' psql ...`, the tests' own side connections). The application
+# never uses it: its scope is named per transaction (ScopeSender), which overrides this.
+EVERY_TEAM_SESSION_OPTIONS = "-c ledger.teams=*"
 _current: ContextVar[Scope | None] = ContextVar("teams_scope", default=None)
 # what code that named no scope runs under: nothing in production; the test suite makes it every
 # team, with new rows in `default` (tests/conftest.py), for itself and the threads it starts
@@ -180,11 +184,20 @@ def command_scope(reason: str, *, home_default: bool = False) -> Any:
         def handled(self: Any, *args: Any, **options: Any) -> Any:
             home = None
             if home_default:
+                from django.db import ProgrammingError
+
                 from teams.models import DEFAULT_TEAM_SLUG, Team
 
-                home = (
-                    Team.objects.filter(slug=DEFAULT_TEAM_SLUG).values_list("id", flat=True).first()
-                )
+                try:
+                    home = (
+                        Team.objects.filter(slug=DEFAULT_TEAM_SLUG)
+                        .values_list("id", flat=True)
+                        .first()
+                    )
+                except ProgrammingError:
+                    # a database not migrated yet (the demo's story migrates first): the
+                    # command names its home once it has one (demo_seed)
+                    home = None
             with every_team(reason, home=home):
                 return handle(self, *args, **options)
 
