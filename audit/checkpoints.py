@@ -7,6 +7,7 @@ The job refuses to sign over a broken chain: it raises (or refreshes) a ChainAle
 an edit made behind the application's back is loud at the next checkpoint.
 """
 
+import copy
 import hashlib
 import itertools
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from runs import clock
 from runs.canonical import GENESIS_HASH, canonical_json, sha256_hex
 from runs.chain import EVENT_COLUMNS, STEP_COLUMNS, ChainBreak, EventRow, StepRow, chain_breaks
 from runs.models import Event, Run, Step
+from teams.scope import current as current_scope
 
 CHECKPOINT_LOCK = 0x41554454  # pg advisory lock key: one checkpoint job at a time ("AUDT")
 LEAF_BATCH = 2000
@@ -259,16 +261,54 @@ def _checkpoint_write(check: ChainCheck, *, actor: str, now: datetime) -> Checkp
     return checkpoint
 
 
+def alerts_seen(alerts: Any) -> list[ChainAlert]:
+    """The chain alerts as the current scope may see them (teams.scope). An alert is one row for
+    every team (one chain of trust), but its breaks name runs: under a scope that does not see
+    every team, an alert shows only the breaks of runs the scope sees (its message retold from
+    them), and an alert with none is not shown at all, as if there were none. The alerts given
+    are not changed (the shown ones are copies, never saved)."""
+    alerts = list(alerts)
+    if current_scope().every:
+        return alerts
+    named = {str(b.get("run")) for alert in alerts for b in alert.breaks if b.get("run")}
+    visible = {str(pk) for pk in Run.objects.filter(pk__in=named).values_list("pk", flat=True)}
+    shown = []
+    for alert in alerts:
+        breaks = [b for b in alert.breaks if str(b.get("run")) in visible]
+        if not breaks:
+            continue
+        seen = copy.copy(alert)
+        seen.breaks = breaks
+        if len(breaks) < len(alert.breaks):
+            first = breaks[0]
+            seen.message = (
+                f"Checkpoint refused: {len(breaks)} break(s) in the hash chains of your teams' "
+                f"runs, first in run {first.get('run')} at event {first.get('event')} "
+                f"({first.get('problem')})."
+            )
+        shown.append(seen)
+    return shown
+
+
 def alert_acknowledge(*, alert_id: int, user: Any, note: str) -> ChainAlert:
-    """An admin takes note of an alert (what was found, what was done); audited."""
+    """An admin takes note of an alert (what was found, what was done); audited. An alert the
+    current scope does not see (alerts_seen) is not found; one that also names runs of teams it
+    does not see is for an org admin to acknowledge."""
     from dashboard.audit import audit_record
     from runs.api_errors import ApplicationError, note_required
 
     note_required(note)
     with transaction.atomic():
         alert = ChainAlert.objects.select_for_update().filter(pk=alert_id).first()
-        if alert is None:
+        seen = alerts_seen([alert]) if alert is not None else []
+        if alert is None or not seen:
             raise ApplicationError("not_found", f"No alert {alert_id}.", status_code=404)
+        if len(seen[0].breaks) < len(alert.breaks):
+            raise ApplicationError(
+                "conflict",
+                "This alert also names runs of other teams: an org admin acknowledges it.",
+                status_code=409,
+            )
         if alert.acknowledged_at is None:
             alert.acknowledged_at = clock.now()
             alert.acknowledged_by = user.get_username()

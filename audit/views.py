@@ -20,7 +20,7 @@ from django.http import (
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from audit.checkpoints import alert_acknowledge, checkpoint_create
+from audit.checkpoints import alert_acknowledge, alerts_seen, checkpoint_create
 from audit.evidence import evidence_job_create, evidence_scope_parse
 from audit.evidence_verify import key_fingerprint
 from audit.exports import (
@@ -91,7 +91,7 @@ def _stream(request: HttpRequest, *, filters: ExportFilters, format: str, label:
 
 
 def _open_alerts() -> list[ChainAlert]:
-    return list(ChainAlert.objects.filter(acknowledged_at__isnull=True)[:10])
+    return alerts_seen(ChainAlert.objects.filter(acknowledged_at__isnull=True)[:30])[:10]
 
 
 @login_required
@@ -237,7 +237,7 @@ def checkpoints(request: HttpRequest) -> HttpResponse:
         "audit/checkpoints.html",
         {
             "checkpoints": Checkpoint.objects.all()[:30],
-            "alerts": ChainAlert.objects.all()[:30],
+            "alerts": alerts_seen(ChainAlert.objects.all()[:100])[:30],
             "public_key": public_key,
             "key_id": key_id,
             "fingerprint": fingerprint,

@@ -49,6 +49,8 @@ EVERY_TEAM_USES: dict[str, str] = {
     "task dispatch": "a Celery task given a row's id (a run, an export job) reads which team it "
     "is in, then does its work under that team",
     "operator command": "a management command an operator runs over the whole ledger",
+    "people": "the people page tells a person of no team (a new account, an org admin) from a "
+    "person of other teams only, whom a team's admin does not see",
     "tests": "the test suite's default: tests that name no team see every team",
 }
 
@@ -80,6 +82,10 @@ class Scope:
 
 
 NONE = Scope(teams=())
+# libpq's startup option for a session that reads every team by hand (an operator's psql:
+# `PGOPTIONS='-c ledger.teams=*' psql ...`, the tests' own side connections). The application
+# never uses it: its scope is named per transaction (ScopeSender), which overrides this.
+EVERY_TEAM_SESSION_OPTIONS = "-c ledger.teams=*"
 _current: ContextVar[Scope | None] = ContextVar("teams_scope", default=None)
 # what code that named no scope runs under: nothing in production; the test suite makes it every
 # team, with new rows in `default` (tests/conftest.py), for itself and the threads it starts
@@ -178,11 +184,20 @@ def command_scope(reason: str, *, home_default: bool = False) -> Any:
         def handled(self: Any, *args: Any, **options: Any) -> Any:
             home = None
             if home_default:
+                from django.db import ProgrammingError
+
                 from teams.models import DEFAULT_TEAM_SLUG, Team
 
-                home = (
-                    Team.objects.filter(slug=DEFAULT_TEAM_SLUG).values_list("id", flat=True).first()
-                )
+                try:
+                    home = (
+                        Team.objects.filter(slug=DEFAULT_TEAM_SLUG)
+                        .values_list("id", flat=True)
+                        .first()
+                    )
+                except ProgrammingError:
+                    # a database not migrated yet (the demo's story migrates first): the
+                    # command names its home once it has one (demo_seed)
+                    home = None
             with every_team(reason, home=home):
                 return handle(self, *args, **options)
 

@@ -4,6 +4,7 @@ from typing import Any
 
 from django import template
 
+from audit.checkpoints import alerts_seen
 from audit.models import ChainAlert
 
 register = template.Library()
@@ -11,7 +12,8 @@ register = template.Library()
 
 @register.inclusion_tag("audit/_alerts.html")
 def chain_alerts() -> dict[str, Any]:
-    return {"alerts": list(ChainAlert.objects.filter(acknowledged_at__isnull=True)[:5])}
+    """The open alerts the viewer's scope sees (alerts_seen: none of another team's runs)."""
+    return {"alerts": alerts_seen(ChainAlert.objects.filter(acknowledged_at__isnull=True)[:20])[:5]}
 
 
 @register.inclusion_tag("audit/_incidents.html")

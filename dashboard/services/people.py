@@ -60,8 +60,26 @@ def _dashboard_groups(names: list[str]) -> set[str]:
     return set(names)
 
 
+def people_in_sight() -> Any:
+    """The people the current scope sees (teams.scope): everyone under every team (an org
+    admin); otherwise everyone but those whose roles are all in teams it does not see
+    (teams_membership is row-secured), so a team's admin neither lists nor changes a person of
+    other teams only, who answers as one that does not exist. A person of no team (a new
+    account, an org admin) stays in sight."""
+    from teams.models import Membership
+    from teams.scope import current, every_team
+
+    people = User.objects.all()
+    if current().every:
+        return people
+    seen = set(Membership.objects.values_list("user_id", flat=True).distinct())
+    with every_team("people"):
+        in_teams = set(Membership.objects.values_list("user_id", flat=True).distinct())
+    return people.exclude(pk__in=in_teams - seen)
+
+
 def _person(user_id: int) -> User:
-    user = User.objects.select_for_update().filter(pk=user_id).first()
+    user = people_in_sight().select_for_update().filter(pk=user_id).first()
     if user is None:
         raise ApplicationError("not_found", "No such user.", status_code=404)
     return user

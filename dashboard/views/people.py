@@ -8,7 +8,6 @@ lived in sso/ (dashboard/urls.py).
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -25,7 +24,7 @@ from teams.models import Membership, Role, Team, default_team
 
 
 def _people_rows() -> list[dict[str, Any]]:
-    users = User.objects.prefetch_related("groups").order_by("username")
+    users = services.people_in_sight().prefetch_related("groups").order_by("username")
     identities = {i.user_id: i for i in OidcIdentity.objects.all()}
     # the roles in the teams the viewer manages people of (row-level security hides the rest)
     by_user: dict[int, dict[str, list[str]]] = {}

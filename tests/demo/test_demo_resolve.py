@@ -22,6 +22,7 @@ import httpx
 import psycopg
 import pytest
 
+from teams.scope import EVERY_TEAM_SESSION_OPTIONS
 from tests.demo.test_demo import (
     SUMMARY_TIMEOUT,
     Output,
@@ -63,7 +64,7 @@ def finished(database_url: str, run_id: str, clone: Path) -> str:
     deadline = time.monotonic() + RUN_FINISH_TIMEOUT
     status = ""
     while time.monotonic() < deadline:
-        with psycopg.connect(database_url) as conn:
+        with psycopg.connect(database_url, options=EVERY_TEAM_SESSION_OPTIONS) as conn:
             row = conn.execute("SELECT status FROM runs_run WHERE id = %s", [run_id]).fetchone()
         assert row is not None
         status = str(row[0])
@@ -74,7 +75,7 @@ def finished(database_url: str, run_id: str, clone: Path) -> str:
 
 
 def facts(database_url: str, customer: str, clone: Path) -> dict[str, Any]:
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(database_url, options=EVERY_TEAM_SESSION_OPTIONS) as conn:
         tickets = conn.execute(
             "SELECT status FROM tools_ticket WHERE customer = %s", [customer]
         ).fetchall()

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
+from teams.scope import EVERY_TEAM_SESSION_OPTIONS
 from tests.deploy.podman import BASE_IMAGE, Podman, builds_one_at_a_time, cannot_run
 from tests.processes import ROOT, STARTUP_TIMEOUT, free_port
 
@@ -112,7 +113,19 @@ def container_of(podman: Podman, project: str, service: str) -> str:
 
 def psql(podman: Podman, project: str, sql: str) -> str:
     database = container_of(podman, project, "postgres")
-    done = podman("exec", database, "psql", "-U", "ledger", "-d", "ledger", "-Atc", sql)
+    done = podman(
+        "exec",
+        "-e",
+        f"PGOPTIONS={EVERY_TEAM_SESSION_OPTIONS}",
+        database,
+        "psql",
+        "-U",
+        "ledger",
+        "-d",
+        "ledger",
+        "-Atc",
+        sql,
+    )
     return done.stdout.strip()
 
 

@@ -16,6 +16,7 @@ import httpx
 import psycopg
 import pytest
 
+from teams.scope import EVERY_TEAM_SESSION_OPTIONS
 from tests.deploy.databases import (
     an_ordinary_role_owning_every_table,
     connected_role,
@@ -70,7 +71,9 @@ def wait_ready(url: str, *, timeout: float = STARTUP_TIMEOUT) -> httpx.Response:
 
 def counts(database_url: str, customer: str) -> tuple[int, int, list[str]]:
     """The tools' own records: tickets and outbound emails for `customer`, and the runs' statuses."""
-    with psycopg.connect(database_url.replace("postgres://", "postgresql://")) as conn:
+    with psycopg.connect(
+        database_url.replace("postgres://", "postgresql://"), options=EVERY_TEAM_SESSION_OPTIONS
+    ) as conn:
         tickets = conn.execute(
             "SELECT count(*) FROM tools_ticket WHERE customer = %s", [customer]
         ).fetchone()

@@ -31,6 +31,7 @@ import httpx
 import psycopg
 import pytest
 
+from teams.scope import EVERY_TEAM_SESSION_OPTIONS
 from tests.deploy.databases import (
     an_ordinary_role_owning_every_table,
     connected_role,
@@ -172,7 +173,9 @@ def the_readme_block(
 
 
 def run_status(database_url: str, run_id: str) -> tuple[str, list[str]]:
-    with psycopg.connect(database_url.replace("postgres://", "postgresql://")) as conn:
+    with psycopg.connect(
+        database_url.replace("postgres://", "postgresql://"), options=EVERY_TEAM_SESSION_OPTIONS
+    ) as conn:
         row = conn.execute("SELECT status FROM runs_run WHERE id = %s", [run_id]).fetchone()
         holders = conn.execute(
             "SELECT DISTINCT payload->>'worker' FROM runs_event"

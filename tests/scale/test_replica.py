@@ -21,6 +21,7 @@ import httpx
 import psycopg
 import pytest
 
+from teams.scope import EVERY_TEAM_SESSION_OPTIONS
 from tests.conftest import ROOT, free_port, gunicorn_server
 from tests.scale.helpers import log_in
 
@@ -86,7 +87,9 @@ def streaming_pair() -> Iterator[tuple[str, str]]:
 
 
 def on_replica(replica: str, sql: str) -> Any:
-    with psycopg.connect(replica.replace("postgres://", "postgresql://")) as conn:
+    with psycopg.connect(
+        replica.replace("postgres://", "postgresql://"), options=EVERY_TEAM_SESSION_OPTIONS
+    ) as conn:
         conn.autocommit = True
         row = conn.execute(sql).fetchone()
         return row[0] if row else None

@@ -30,6 +30,7 @@ from runs.models import ApprovalRule, BudgetPolicy, Event, Step, WorkerToken
 from runs.models import Run as RunRow
 from runs.services.approvals import step_approve
 from runs.tokens import worker_token_create, worker_token_revoke
+from teams.scope import EVERY_TEAM_SESSION_OPTIONS
 from tools.models import Ticket
 
 Connect = Callable[[str], Ledger]
@@ -242,7 +243,9 @@ def test_a_revoked_token_is_refused(connect: Connect) -> None:
 
 def _revoke_from_another_connection(token_hash: str) -> None:
     """What a revocation on another node looks like to this process: a row changed elsewhere."""
-    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+    with psycopg.connect(
+        **connection.get_connection_params(), autocommit=True, options=EVERY_TEAM_SESSION_OPTIONS
+    ) as other:
         other.execute(
             "UPDATE runs_workertoken SET revoked_at = now() WHERE token_hash = %s", [token_hash]
         )
