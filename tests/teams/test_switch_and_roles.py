@@ -222,7 +222,7 @@ def test_a_team_admin_grants_and_revokes_roles_in_their_team_only(
     billing: Team, returns: Team
 ) -> None:
     _, ada = person("ada", billing="admin", returns="supervisor")
-    kim, _ = person("kim", returns="auditor")
+    kim, _ = person("kim")  # a new account: of no team, in every team admin's sight
     page = ada.get("/people/").content.decode()
     assert 'name="team"' in page and '<option value="billing">' in page
     assert '<option value="returns">' not in page  # ada administers billing only
@@ -247,6 +247,26 @@ def test_a_team_admin_grants_and_revokes_roles_in_their_team_only(
     )
     assert not kim.team_roles.filter(team=billing).exists()
     assert AuditEntry.objects.filter(action="team.role_revoke", details__username="kim").exists()
+
+
+def test_bringing_a_person_of_other_teams_only_into_a_team_is_the_org_admins_act(
+    billing: Team, returns: Team
+) -> None:
+    _, ada = person("ada", billing="admin")
+    lee, _ = person("lee", returns="auditor")  # of returns only: out of ada's sight
+    assert 'data-user="lee"' not in ada.get("/people/").content.decode()
+    refused = ada.post(
+        f"/people/{lee.pk}/role", {"team": "billing", "role": "supervisor"}, follow=True
+    )
+    assert "No such user." in refused.content.decode()  # as for a person who does not exist
+    assert not lee.team_roles.filter(team=billing).exists()
+
+    root = User.objects.create_superuser("root", password=PASSWORD)
+    org = Client()
+    org.force_login(root)
+    org.post(f"/people/{lee.pk}/role", {"team": "billing", "role": "supervisor"})
+    assert lee.team_roles.filter(team=billing, role="supervisor").exists()
+    assert 'data-user="lee"' in ada.get("/people/").content.decode()
 
 
 def test_a_team_admin_cannot_set_the_groups_that_stand_for_roles_in_default(
