@@ -55,11 +55,17 @@ from dashboard.views.common import is_htmx, render_polled
 from runs import clock
 from runs.api_errors import ApplicationError
 from runs.models import Run
+from teams import scope
+from teams.backends import scope_with_permission
 
 
-def _require(request: HttpRequest, allowed: bool) -> None:
+def _require(request: HttpRequest, allowed: bool, permission: str = "review.export") -> None:
+    """Refused (403) without the permission in any team in sight; with it, the request sees only
+    the teams where it is held (an export holds none of a team where the person only supervises;
+    the streamed body is read under the same scope: teams.middleware)."""
     if not allowed:
         raise PermissionDenied("Exports are for auditors and admins.")
+    scope.set_current(scope_with_permission(request.user, permission))
 
 
 def _stream(request: HttpRequest, *, filters: ExportFilters, format: str, label: str) -> Any:
@@ -205,8 +211,10 @@ def export_download(request: HttpRequest, job_id: UUID) -> FileResponse:
 
 @login_required
 def run_export(request: HttpRequest, run_id: UUID) -> HttpResponseBase:
+    run = get_object_or_404(Run, pk=run_id)
+    if not request.user.has_perm("review.export", run):  # seen, but not exported by them
+        raise PermissionDenied("Exports of this run's team are for its auditors and admins.")
     _require(request, can_export(request.user))
-    get_object_or_404(Run, pk=run_id)
     format = request.GET.get("format", "jsonl")
     if format not in ("jsonl", "csv"):
         raise Http404("Unknown format.")
@@ -244,7 +252,7 @@ def checkpoints(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def checkpoint_now(request: HttpRequest) -> HttpResponse:
-    _require(request, is_admin(request.user))
+    _require(request, is_admin(request.user), "review.manage_audit")
     result = checkpoint_create(actor=f"user:{request.user.get_username()}")
     if result.checkpoint is not None:
         audit_record(
@@ -265,7 +273,7 @@ def checkpoint_now(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def alert_ack(request: HttpRequest, alert_id: int) -> HttpResponse:
-    _require(request, is_admin(request.user))
+    _require(request, is_admin(request.user), "review.manage_audit")
     form = AcknowledgeForm(request.POST)
     if not form.is_valid():
         messages.error(request, "A note is required to acknowledge an alert.")
@@ -280,7 +288,7 @@ def alert_ack(request: HttpRequest, alert_id: int) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def retention(request: HttpRequest) -> HttpResponse:
-    _require(request, is_admin(request.user))
+    _require(request, is_admin(request.user), "review.manage_audit")
     policy = retention_policy_get()
     form = RetentionForm(
         request.POST or None, initial={"enabled": policy.enabled, "keep_days": policy.keep_days}
@@ -338,6 +346,8 @@ def _recent_purges() -> list[Any]:
 def _incidents_allowed(request: HttpRequest) -> None:
     if not can_manage_incidents(request.user):
         raise PermissionDenied("Incidents are for auditors and admins.")
+    # the incidents of the teams where the person audits (admins audit too), and runs of those
+    scope.set_current(scope_with_permission(request.user, "review.export"))
 
 
 @login_required

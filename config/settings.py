@@ -141,6 +141,7 @@ TEMPLATES = [
                 "django.template.context_processors.csp",
                 "dashboard.context_processors.replica_lag",
                 "dashboard.context_processors.polling",
+                "dashboard.context_processors.teams",
             ],
         },
     },

@@ -60,3 +60,26 @@ def polling(request: HttpRequest) -> dict[str, Any]:
         "live_run_poll_every": _htmx_interval(live_run),
         "live_run_poll_seconds": f"{live_run:g}",
     }
+
+
+def teams(request: HttpRequest) -> dict[str, Any]:
+    """The header's team switch and the team badges: the teams the person may switch to, the
+    one they switched to (None: all of them), and whether rows name their team (only when the
+    page shows more than one team's rows; an install with one team never sees a team)."""
+    from teams import scope
+    from teams.middleware import teams_of_person
+
+    user = getattr(request, "user", None)
+    mine = teams_of_person(user)
+    if len(mine) < 2:
+        return {"team_switch": None, "show_teams": False, "team_slugs": {}, "teams_shown": []}
+    current = scope.current()
+    visible = [t for t in mine if current.sees(t.pk)]
+    chosen = visible[0] if len(visible) == 1 else None
+    home = next((t for t in mine if t.pk == current.home), None)
+    return {
+        "team_switch": {"teams": mine, "chosen": chosen, "home": home},
+        "show_teams": len(visible) > 1,
+        "team_slugs": {t.pk: t.slug for t in mine},
+        "teams_shown": [t.slug for t in visible],
+    }

@@ -214,12 +214,12 @@ def item_columns(step: Step) -> dict[str, Any]:
     }
 
 
-def people_who_decide() -> list[Any]:
+def people_who_decide(team_id: int | None = None) -> list[Any]:
     """Active users who may resolve items (supervisors and admins), for assigning."""
 
     from teams.services import resolvers_in
 
-    return list(resolvers_in().order_by("username"))
+    return list(resolvers_in(team_id).order_by("username"))
 
 
 def webhooks_with_last_delivery() -> list[Any]:

@@ -4,6 +4,7 @@ Nothing here is called per dashboard request: the provider is asked for its disc
 when a sign-in starts and when its callback arrives, never while a signed-in user browses.
 """
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from dashboard.roles import GROUP_PERMISSIONS
+from teams.models import DEFAULT_TEAM_SLUG, SLUG_PATTERN, Role
+from teams.services import GROUP_ROLE
 
 CALLBACK_PATH = "/sso/callback/"
 
@@ -23,7 +26,7 @@ class SsoSettings:
     client_id: str
     client_secret: str
     roles_claim: str
-    role_map: dict[str, frozenset[str]]  # claim value -> dashboard groups
+    role_map: dict[str, frozenset[tuple[str, str]]]  # claim value -> (team slug, role) pairs
     provider_name: str
     scopes: str
     sign_algorithms: tuple[str, ...]
@@ -46,27 +49,45 @@ class ProviderUnreachable(Exception):
     """The provider's discovery document could not be read (down, wrong URL, not OpenID)."""
 
 
-def role_map_parse(raw: str) -> dict[str, frozenset[str]]:
-    """`OIDC_ROLE_MAP`: "claim-value=group,…" onto supervisors, admins, auditors. A value may map
-    to several groups (listed twice); a claim value may itself hold "=" (the last one splits)."""
-    mapping: dict[str, set[str]] = {}
+def role_map_parse(raw: str) -> dict[str, frozenset[tuple[str, str]]]:
+    """`OIDC_ROLE_MAP`: "claim-value=team:role,…", each claim value onto (team slug, role) pairs.
+    A role is `supervisor`, `admin` or `auditor` (or its dashboard group's name, `supervisors`,
+    …); without `team:` it is held in `default` (`ledger-sup=supervisors` as before teams). A
+    value may map to several roles (listed twice); a claim value may itself hold "=" (the last
+    one splits). Whether each team exists is checked at start (sso.checks, a warning: a team
+    may be created after the map is written) and at each sign-in."""
+    mapping: dict[str, set[tuple[str, str]]] = {}
     for item in raw.split(","):
         item = item.strip()
         if not item:
             continue
-        value, sep, group = item.rpartition("=")
-        value, group = value.strip(), group.strip()
-        if not sep or not value or not group:
+        value, sep, target = item.rpartition("=")
+        value, target = value.strip(), target.strip()
+        if not sep or not value or not target:
             raise ImproperlyConfigured(
-                f"OIDC_ROLE_MAP: {item!r} is not claim-value=group (comma-separated pairs)."
+                f"OIDC_ROLE_MAP: {item!r} is not claim-value=team:role (comma-separated pairs)."
             )
-        if group not in GROUP_PERMISSIONS:
+        team, colon, role = target.rpartition(":")
+        team = team.strip() if colon else DEFAULT_TEAM_SLUG
+        role = str(GROUP_ROLE.get(role.strip(), role.strip()))
+        if role not in Role.values:
             raise ImproperlyConfigured(
-                f"OIDC_ROLE_MAP: {group!r} is not a dashboard group "
-                f"({', '.join(sorted(GROUP_PERMISSIONS))})."
+                f"OIDC_ROLE_MAP: {target!r} names no role: one of {', '.join(Role.values)}, or a "
+                f"dashboard group ({', '.join(sorted(GROUP_PERMISSIONS))}), after an optional "
+                "team:"
             )
-        mapping.setdefault(value, set()).add(group)
-    return {value: frozenset(groups) for value, groups in mapping.items()}
+        if not re.match(SLUG_PATTERN, team):
+            raise ImproperlyConfigured(
+                f"OIDC_ROLE_MAP: {team!r} in {item!r} is not a team slug (lower-case letters, "
+                "digits and hyphens)."
+            )
+        mapping.setdefault(value, set()).add((team, role))
+    return {value: frozenset(pairs) for value, pairs in mapping.items()}
+
+
+def role_map_teams(conf: "SsoSettings") -> set[str]:
+    """Every team the role map names."""
+    return {team for pairs in conf.role_map.values() for team, _ in pairs}
 
 
 def sso_settings() -> SsoSettings | None:
@@ -137,9 +158,16 @@ def claim_values(claims: dict[str, Any], claim: str) -> list[str]:
     return []
 
 
-def mapped_groups(conf: SsoSettings, claims: dict[str, Any]) -> set[str]:
-    """The dashboard groups the claims map to under OIDC_ROLE_MAP (possibly none)."""
-    groups: set[str] = set()
+def mapped_roles(conf: SsoSettings, claims: dict[str, Any]) -> dict[str, set[str]]:
+    """The roles the claims map to under OIDC_ROLE_MAP, by team slug (possibly none)."""
+    roles: dict[str, set[str]] = {}
     for value in claim_values(claims, conf.roles_claim):
-        groups |= conf.role_map.get(value, frozenset())
-    return groups
+        for team, role in conf.role_map.get(value, frozenset()):
+            roles.setdefault(team, set()).add(role)
+    return roles
+
+
+def mapped_groups(conf: SsoSettings, claims: dict[str, Any]) -> set[str]:
+    """The dashboard groups standing for the roles the claims map to in `default`."""
+    role_group = {role: group for group, role in GROUP_ROLE.items()}
+    return {role_group[r] for r in mapped_roles(conf, claims).get(DEFAULT_TEAM_SLUG, ())}

@@ -2,7 +2,9 @@
 
 A provider user is matched by (issuer, sub) and created at the first sign-in that maps to a
 dashboard group. At every sign-in the user's groups become exactly the groups the roles claim maps
-to (OIDC_ROLE_MAP); a sign-in that maps to none is refused, and the refusal (with the groups it
+to (OIDC_ROLE_MAP), and their roles in each team exactly the roles it maps to there (a value
+without a team means `default`, whose roles the groups stand for); a sign-in that maps to none is
+refused, and the refusal (with the groups it
 took away, if any) is committed before the view says so. The people page's changes (local users,
 their groups, deactivation) are dashboard.services.people's.
 """
@@ -17,8 +19,11 @@ from django.utils import timezone
 
 from dashboard.audit import audit_record
 from dashboard.services.people import user_groups_audited
-from sso.conf import SsoSettings, claim_values, mapped_groups
+from sso.conf import SsoSettings, claim_values, mapped_groups, mapped_roles
 from sso.models import OidcIdentity
+from teams.models import DEFAULT_TEAM_SLUG, Team
+from teams.scope import team_scope
+from teams.services import roles_of, roles_set_in
 
 AUDIT_CLAIM_VALUES = 50  # an Entra user may carry hundreds of group ids; the entry keeps these
 
@@ -30,6 +35,8 @@ class SignIn:
     created: bool = False
     removed: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
+    # the roles held in teams other than `default` after the sign-in: slug -> roles
+    team_roles: dict[str, list[str]] = field(default_factory=dict)
 
 
 class SsoRefused(Exception):
@@ -80,6 +87,10 @@ def sso_sign_in(*, conf: SsoSettings, issuer: str, claims: dict[str, Any]) -> Si
     sub = str(claims.get("sub") or "")
     values = claim_values(claims, conf.roles_claim)
     groups = mapped_groups(conf, claims)
+    by_team = mapped_roles(conf, claims)
+    teams = {t.slug: t for t in Team.objects.filter(slug__in=by_team)}
+    unknown = sorted(set(by_team) - set(teams))
+    has_role = bool(groups) or any(by_team[slug] for slug in teams if slug != DEFAULT_TEAM_SLUG)
     who = _display_name(claims)
     refusal: SsoRefused | None = None
     result: SignIn | None = None
@@ -91,7 +102,7 @@ def sso_sign_in(*, conf: SsoSettings, issuer: str, claims: dict[str, Any]) -> Si
             .first()
         )
         user: User | None = identity.user if identity else None
-        if identity is None and groups:
+        if identity is None and has_role:
             user = User(username=_username_for(claims))
             user.set_unusable_password()
             user.save()
@@ -107,6 +118,7 @@ def sso_sign_in(*, conf: SsoSettings, issuer: str, claims: dict[str, Any]) -> Si
             added, removed = user_groups_audited(
                 user, groups, actor=user, action="sso.roles", **_details(conf, issuer, claims)
             )
+            team_roles = _team_roles_set(user, by_team, teams, conf, issuer, claims)
             user.email = str(claims.get("email") or user.email)[:254]
             user.first_name = str(claims.get("given_name") or user.first_name)[:150]
             user.last_name = str(claims.get("family_name") or user.last_name)[:150]
@@ -115,14 +127,20 @@ def sso_sign_in(*, conf: SsoSettings, issuer: str, claims: dict[str, Any]) -> Si
             identity.last_login_at = timezone.now()
             identity.last_claim_values = values[:AUDIT_CLAIM_VALUES]
             identity.save(update_fields=["last_login_at", "last_claim_values"])
-            result = SignIn(user, sorted(groups), created, removed, added)
-        if groups and refusal is None and result is not None:
+            result = SignIn(user, sorted(groups), created, removed, added, team_roles)
+        if has_role and refusal is None and result is not None:
             audit_record(
                 actor=result.user,
                 action="sso.login",
                 target=f"user:{result.user.pk}",
                 details=_details(
-                    conf, issuer, claims, groups=result.groups, created=result.created
+                    conf,
+                    issuer,
+                    claims,
+                    groups=result.groups,
+                    team_roles=result.team_roles,
+                    created=result.created,
+                    **({"unknown_teams": unknown} if unknown else {}),
                 ),
             )
         else:
@@ -157,3 +175,44 @@ def sso_failure_record(
         note=message,
         details={**details, "detail": detail[:500]} if detail else details,
     )
+
+
+def _team_roles_set(
+    user: User,
+    by_team: dict[str, set[str]],
+    teams: dict[str, Team],
+    conf: SsoSettings,
+    issuer: str,
+    claims: dict[str, Any],
+) -> dict[str, list[str]]:
+    """The user's roles in every team but `default` (whose roles the groups set) become exactly
+    the mapped ones: granted where mapped, revoked where held and no longer mapped; each team's
+    change audited in that team (`sso.roles`). A mapped team that does not exist is skipped
+    (named in the sign-in's entry). The roles now held, by slug."""
+    held = roles_of(user)
+    others = {t.pk: t for t in Team.objects.filter(pk__in=held)}
+    wanted = {t.pk: t for slug, t in teams.items() if slug != DEFAULT_TEAM_SLUG}
+    now: dict[str, list[str]] = {}
+    for team_id, team in sorted({**others, **wanted}.items()):
+        if team.slug == DEFAULT_TEAM_SLUG:
+            continue
+        roles = by_team.get(team.slug, set())
+        added, removed = roles_set_in(user, team, roles)
+        if added or removed:
+            with team_scope(team_id):
+                audit_record(
+                    actor=user,
+                    action="sso.roles",
+                    target=f"user:{user.pk}",
+                    team=team_id,
+                    details={
+                        **_details(conf, issuer, claims),
+                        "team": team.slug,
+                        "roles": sorted(roles),
+                        "added": added,
+                        "removed": removed,
+                    },
+                )
+        if roles:
+            now[team.slug] = sorted(roles)
+    return now

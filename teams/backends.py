@@ -47,3 +47,25 @@ class TeamRoleBackend(ModelBackend):
         if user_obj.is_superuser:
             return super().get_all_permissions(user_obj)
         return {*self.get_user_permissions(user_obj), *self.get_group_permissions(user_obj, obj)}
+
+
+def scope_with_permission(user: Any, permission: str) -> Any:
+    """The current scope narrowed to the teams in which `user` holds `permission` ("review.x"):
+    a settings page (policies, tokens, webhooks, exports) shows and changes only those teams'
+    rows; new rows go to the scope's team if it is one of them, else to the only one. An org
+    admin's scope is kept."""
+    from teams.scope import NONE, current, scope_for_teams
+
+    now = current()
+    if user.is_superuser:
+        return now
+    ids = sorted(
+        team
+        for team, held in roles_of(user).items()
+        if now.sees(team) and permission in role_permissions(held)
+    )
+    if not ids:
+        return NONE
+    if now.teams is not None and tuple(ids) == now.teams:
+        return now
+    return scope_for_teams(ids, home=now.home if now.home in ids else None)

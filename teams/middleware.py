@@ -12,25 +12,45 @@ from teams import scope
 from teams.models import DEFAULT_TEAM_SLUG, Team
 from teams.services import roles_of
 
-# the session key of the team a person's new rows go to (the header's team switch sets it)
+# the session key of the team the person chose in the header's team switch (a team id); absent
+# (or ALL_TEAMS): every team the person holds a role in ("all my teams")
 SESSION_TEAM = "teams.current"
+ALL_TEAMS = "all"
+
+
+def teams_of_person(user: Any) -> list[Team]:
+    """The teams a person may switch to: those they hold a role in; an org admin (superuser):
+    every team."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return []
+    if user.is_superuser:
+        return list(Team.objects.order_by("slug"))
+    held = roles_of(user)
+    if len(held) < 2:  # no switch to show: spare the query
+        return [Team(pk=pk) for pk in held]
+    return list(Team.objects.filter(pk__in=held).order_by("slug"))
 
 
 def scope_of_person(request: HttpRequest) -> scope.Scope:
+    """The dashboard's scope: the one team the person switched to, else every team they hold a
+    role in (an org admin: every team). New top-level rows go to the switched team; with every
+    team in sight, to the person's only team, else `default` if they are in it, else none (a
+    page that creates asks them to switch first)."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated or not user.is_active:
         return scope.NONE
     chosen = request.session.get(SESSION_TEAM) if hasattr(request, "session") else None
     if user.is_superuser:
-        home = chosen if isinstance(chosen, int) else _default_team_id()
-        return scope.every_team_scope("org admin", home=home)
+        if isinstance(chosen, int) and Team.objects.filter(pk=chosen).exists():
+            return scope.scope_for_teams([chosen])
+        return scope.every_team_scope("org admin", home=_default_team_id())
     teams = sorted(roles_of(user))
     if not teams:
         return scope.NONE
     if isinstance(chosen, int) and chosen in teams:
-        home = chosen
-    elif len(teams) == 1:
-        home = teams[0]
+        return scope.scope_for_teams([chosen])
+    if len(teams) == 1:
+        home: int | None = teams[0]
     else:
         default = _default_team_id()
         home = default if default in teams else None

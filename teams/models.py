@@ -22,13 +22,22 @@ class Team(models.Model):
     )
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
+    # the team's queue: how long an item may wait before it is escalated (None: the setting
+    # REVIEW_SLA_SECONDS), and where the escalation goes ("": the team's supervisors)
+    review_sla_minutes = models.PositiveIntegerField(null=True, blank=True)
+    escalation_email = models.EmailField(blank=True, default="")
 
     class Meta:
         ordering = ["slug"]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(slug__regex=SLUG_PATTERN), name="team_slug_format"
-            )
+            ),
+            models.CheckConstraint(
+                condition=models.Q(review_sla_minutes__isnull=True)
+                | models.Q(review_sla_minutes__gte=1),
+                name="team_sla_positive",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -139,13 +139,46 @@ def resolvers_in(team_id: int | None = None) -> Any:
     from dashboard.roles import GROUP_PERMISSIONS
 
     roles = [GROUP_ROLE[g] for g, perms in GROUP_PERMISSIONS.items() if "resolve" in perms]
-    people = get_user_model()._default_manager.filter(is_active=True, team_roles__role__in=roles)
+    # one filter() call: the role and the team of the same membership
+    held: dict[str, Any] = {"team_roles__role__in": roles}
     if team_id is not None:
-        people = people.filter(team_roles__team_id=team_id)
-    return people.distinct()
+        held["team_roles__team_id"] = team_id
+    return get_user_model()._default_manager.filter(is_active=True, **held).distinct()
 
 
 def _forget_roles(user: Any) -> None:
     for attr in ("_team_roles", "_perm_cache", "_group_perm_cache", "_user_perm_cache"):
         if hasattr(user, attr):
             delattr(user, attr)
+
+
+@transaction.atomic
+def team_queue_settings_set(
+    *, team: Team, review_sla_minutes: int | None, escalation_email: str, actor: Any
+) -> Team:
+    """A team's queue settings (its admin's, on the team settings page): the SLA before an item
+    is escalated (None: REVIEW_SLA_SECONDS) and the address escalations go to ("": the team's
+    supervisors); audited in the team with what it was."""
+    locked = Team.objects.select_for_update().get(pk=team.pk)
+    before = {
+        "review_sla_minutes": locked.review_sla_minutes,
+        "escalation_email": locked.escalation_email,
+    }
+    locked.review_sla_minutes = review_sla_minutes
+    locked.escalation_email = escalation_email.strip()
+    locked.full_clean()
+    locked.save(update_fields=["review_sla_minutes", "escalation_email"])
+    after = {
+        "review_sla_minutes": locked.review_sla_minutes,
+        "escalation_email": locked.escalation_email,
+    }
+    if after != before:
+        with team_scope(locked.pk):
+            audit_record(
+                actor=actor,
+                action="team.settings",
+                target=f"team:{locked.slug}",
+                details={"before": before, "after": after},
+                team=locked.pk,
+            )
+    return locked

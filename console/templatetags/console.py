@@ -21,7 +21,7 @@ def run_timeline(run: Run) -> dict[str, Any]:
 def run_actions(context: template.Context, run: Run) -> dict[str, Any]:
     request = context.get("request")
     user = getattr(request, "user", None)
-    can_act = bool(user is not None and user.has_perm("review.run_actions"))
+    can_act = bool(user is not None and user.has_perm("review.run_actions", run))
     asked = getattr(request, "GET", {}).get("fork", "")
     plan = None
     if can_act and asked.isdigit() and int(asked) <= run.step_count:

@@ -16,7 +16,7 @@ from review.forms import RunFilterForm
 
 
 @require_http_methods(["GET", "POST"])
-@require_perm("run_actions")
+@require_perm("run_actions", narrow=True)
 def bulk(request: HttpRequest) -> HttpResponse:
     """GET: the selection's count and a confirmation; POST: act on exactly that many runs."""
     filter_form = RunFilterForm(request.GET or None)

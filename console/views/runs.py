@@ -28,6 +28,7 @@ from dashboard.views.common import (
     posted,
     render_polled,
     require_perm,
+    require_perm_on,
     tell,
 )
 from review import selectors, toolside
@@ -129,10 +130,10 @@ def _transcript_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         "final": run.status in FINAL_STATUSES,
         "can_decide": run.status == RunStatus.NEEDS_REVIEW
         and not has_unknown
-        and request.user.has_perm("review.resolve"),
-        "can_raise": request.user.has_perm("review.raise_limits")
+        and request.user.has_perm("review.resolve", run),
+        "can_raise": request.user.has_perm("review.raise_limits", run)
         and run.status not in FINAL_STATUSES,
-        "can_hold": request.user.has_perm("review.manage_audit"),
+        "can_hold": request.user.has_perm("review.manage_audit", run),
         "decide_form": DecideForm(),
         "limits_form": LimitsForm(),
     }
@@ -194,6 +195,7 @@ def run_page_action[F: forms.Form](
         @require_perm(permission)
         @wraps(act)
         def view(request: HttpRequest, run_id: UUID) -> HttpResponse:
+            require_perm_on(request, permission, get_run(run_id))  # in the run's team
             run, _ = run_post(
                 request, run_id, form_class, lambda _, run, form: act(request, run, form), str
             )
@@ -263,6 +265,7 @@ def fork_outcome(fork: Run) -> str:
 def run_fork(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """The fork's page when it was created; otherwise the original run's actions, showing the
     fork's plan (the writes after the fork point to choose for, where it will run)."""
+    require_perm_on(request, "run_actions", get_run(run_id))
     answer = run_post(request, run_id, ForkForm, fork_create, ok=fork_outcome)
     original, fork = answer
     if fork is None:

@@ -22,7 +22,7 @@ from dashboard.roles import GROUP_PERMISSIONS
 from runs.api_errors import ApplicationError
 from sso.models import OidcIdentity
 from teams.models import default_team
-from teams.services import GROUP_ROLE, roles_set_in
+from teams.services import GROUP_ROLE, roles_of, roles_set_in
 
 
 def user_groups_set(user: User, names: set[str]) -> tuple[list[str], list[str]]:
@@ -218,3 +218,26 @@ def people_reactivate(*, actor: User, user_id: int) -> User:
             details={"username": user.username},
         )
     return user
+
+
+def people_role_change(*, actor: User, user_id: int, team: Any, role: str, grant: bool) -> bool:
+    """Grant or revoke `user`'s `role` in `team` (teams.services audits it in the team); a
+    provider user's roles come from the provider at each sign-in. Answers whether it changed."""
+    from teams.models import Role
+    from teams.services import grant_role, revoke_role
+
+    if role not in Role.values:
+        raise ApplicationError("validation_error", f"No such role: {role}.", status_code=400)
+    with transaction.atomic():
+        user = _person(user_id)
+        if is_provider_user(user):
+            raise ApplicationError(
+                "provider_user",
+                f"{user.username}'s roles come from the identity provider at each sign-in; "
+                "change them there.",
+            )
+        if grant:
+            before = role in roles_of(user).get(getattr(team, "pk", team), ())
+            grant_role(user, team, role, actor=actor)
+            return not before
+        return revoke_role(user, team, role, actor=actor)

@@ -96,3 +96,15 @@ def budget_bar(context: Any, label: str, used: Any, limit: Any) -> dict[str, Any
     if getattr(run, "status", None) in FINAL_STATUSES:
         level = "done"
     return {"label": label, "used": used, "limit": limit, "pct": min(pct, 100), "level": level}
+
+
+@register.simple_tag(takes_context=True)
+def team_badge(context: Any, row: Any) -> str:
+    """A row's team as a badge, only where the page shows more than one team's rows
+    (dashboard.context_processors.teams); nothing otherwise."""
+    from django.utils.html import format_html
+
+    if not context.get("show_teams"):
+        return ""
+    slug = context.get("team_slugs", {}).get(getattr(row, "team_id", None), "")
+    return format_html('<span class="badge team" data-team="{}">{}</span>', slug, slug)

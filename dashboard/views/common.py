@@ -19,12 +19,26 @@ from django_htmx.middleware import HtmxDetails
 
 from dashboard.audit import audit_record
 from runs.api_errors import ApplicationError
+from teams import scope
+from teams.backends import scope_with_permission
+from teams.scope import home_team_id
 
 View = Callable[..., HttpResponse]
 
 
-def require_perm(codename: str) -> Callable[[View], View]:
-    """Logged in (else the login page) and holding review.<codename> (else 403)."""
+class NotPermittedHere(Exception):
+    """The person sees the object but holds no role granting review.<codename> in its team."""
+
+    def __init__(self, codename: str) -> None:
+        super().__init__(codename)
+        self.codename = codename
+
+
+def require_perm(codename: str, *, narrow: bool = False) -> Callable[[View], View]:
+    """Logged in (else the login page) and holding review.<codename> in a team they see (else
+    403). `narrow`: the view sees only the teams where they hold it (a settings page: another
+    team's rows answer 404 there). A `NotPermittedHere` the view raises (`require_perm_on`: the
+    object's team is one where the role is missing) is a 403 too."""
 
     def decorate(view: View) -> View:
         @wraps(view)
@@ -32,11 +46,35 @@ def require_perm(codename: str) -> Callable[[View], View]:
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not request.user.has_perm(f"review.{codename}"):
                 return refused(request, codename)
-            return view(request, *args, **kwargs)
+            if narrow:
+                scope.set_current(scope_with_permission(request.user, f"review.{codename}"))
+            try:
+                return view(request, *args, **kwargs)
+            except NotPermittedHere as exc:
+                return refused(request, exc.codename)
 
         return wrapped
 
     return decorate
+
+
+def require_perm_on(request: HttpRequest, codename: str, obj: Any) -> None:
+    """The person holds review.<codename> in `obj`'s team (teams.backends.TeamRoleBackend);
+    else NotPermittedHere (a 403 from `require_perm`). The object was found, so the person sees
+    it: one they may not see is a 404 before this (row-level security hides it)."""
+    if not request.user.has_perm(f"review.{codename}", obj):
+        raise NotPermittedHere(codename)
+
+
+def require_home_team(request: HttpRequest) -> None:
+    """A new top-level row (a policy, a token, a webhook, a rule) goes to the team the person
+    switched to; with several teams in sight and none chosen, a 400 asks them to choose."""
+    if home_team_id() is None:
+        raise ApplicationError(
+            "team_required",
+            "You see several teams: choose the team in the header first.",
+            status_code=400,
+        )
 
 
 def refused(request: HttpRequest, codename: str) -> HttpResponse:
@@ -156,7 +194,7 @@ def page_action(permission: str, back: str) -> Callable[[Callable[..., str]], Vi
 
     def decorate(act: Callable[..., str]) -> View:
         @require_POST
-        @require_perm(permission)
+        @require_perm(permission, narrow=True)
         @wraps(act)
         def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             tell(request, lambda: act(request, *args, **kwargs), str)

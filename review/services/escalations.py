@@ -17,15 +17,26 @@ from review.services.webhooks import slack_escaped, webhooks_notify
 from runs import clock
 from runs.constants import FINAL_STATUSES, RunStatus, StepState
 from runs.models import Run, Step
-from teams.models import Role
+from teams.models import Role, Team
 
 
-def sla_seconds() -> int:
+def sla_seconds(team: Team | None = None) -> int:
+    """How long an item may wait before it is escalated: its team's SLA, else
+    REVIEW_SLA_SECONDS."""
+    if team is not None and team.review_sla_minutes:
+        return team.review_sla_minutes * 60
     return int(getattr(settings, "REVIEW_SLA_SECONDS", 15 * 60))
+
+
+def team_slas() -> dict[int, int]:
+    """Each team's SLA in seconds, by team id (the queue colours each item by its own team's)."""
+    return {team.pk: sla_seconds(team) for team in Team.objects.all()}
 
 
 def escalation_reachable() -> bool:
     """Can an escalation reach anyone: a supervisor with an address, or an active webhook?"""
+    if Team.objects.exclude(escalation_email="").exists():
+        return True
     has_address = (
         get_user_model()
         ._default_manager.filter(is_active=True, team_roles__role=Role.SUPERVISOR)
@@ -54,15 +65,22 @@ class _Reach:
 
     def of(self, team_id: int) -> tuple[list[str], list[EscalationWebhook]]:
         if team_id not in self._teams:
+            team_address = (
+                Team.objects.filter(pk=team_id).values_list("escalation_email", flat=True).first()
+            )
             addresses = (
-                get_user_model()
-                ._default_manager.filter(
-                    is_active=True,
-                    team_roles__team_id=team_id,
-                    team_roles__role=Role.SUPERVISOR,
+                [team_address]
+                if team_address
+                else (
+                    get_user_model()
+                    ._default_manager.filter(
+                        is_active=True,
+                        team_roles__team_id=team_id,
+                        team_roles__role=Role.SUPERVISOR,
+                    )
+                    .exclude(email="")
+                    .values_list("email", flat=True)
                 )
-                .exclude(email="")
-                .values_list("email", flat=True)
             )
             self._teams[team_id] = (
                 sorted(set(addresses)),
@@ -79,7 +97,9 @@ def review_items_escalate(*, limit: int = 200) -> int:
     back (retried on the next beat), and the unique constraint stops a second mail for an item.
     """
     now = clock.now()
-    cutoff = now - timedelta(seconds=sla_seconds())
+    slas = team_slas()
+    # the shortest SLA bounds the query; each item is then held to its own team's
+    cutoff = now - timedelta(seconds=min(slas.values(), default=sla_seconds()))
     reach = _Reach()
     if not reach.anyone():
         return 0  # the queue page shows a banner: nobody can be notified
@@ -96,6 +116,9 @@ def review_items_escalate(*, limit: int = 200) -> int:
     )
     sent = 0
     for step in steps:
+        team_sla = slas.get(step.run.team_id, sla_seconds())
+        if (now - step.intent_at).total_seconds() < team_sla:
+            continue  # within its own team's SLA
         waited = int((now - step.intent_at).total_seconds() // 60)
         recipients, webhooks = reach.of(step.run.team_id)
         if not recipients and not webhooks:
@@ -120,7 +143,7 @@ def review_items_escalate(*, limit: int = 200) -> int:
                         f"Step {step.index} ({step.name}) of run {step.run_id} "
                         f"({step.run.agent}) has been {_waiting_as(step)} since "
                         f"{step.intent_at:%Y-%m-%d %H:%M:%S} UTC, longer than the "
-                        f"{sla_seconds() // 60}-minute SLA.\n\n"
+                        f"{team_sla // 60}-minute SLA.\n\n"
                         f"Decide: {base}/queue/{step.run_id}/{step.index}/\n"
                     ),
                     from_email=settings.DEFAULT_FROM_EMAIL,
@@ -136,6 +159,8 @@ def review_items_escalate(*, limit: int = 200) -> int:
         .order_by("updated_at")[:limit]
     )
     for run in runs:
+        if (now - run.updated_at).total_seconds() < slas.get(run.team_id, sla_seconds()):
+            continue
         recipients, webhooks = reach.of(run.team_id)
         if not recipients and not webhooks:
             continue

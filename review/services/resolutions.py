@@ -168,6 +168,18 @@ def review_steps_decide(
         raise ApplicationError(
             "not_found", f"No such items: {', '.join(missing)}.", status_code=404
         )
+    barred = [
+        f"{s.run_id}#{s.index}"
+        for s in steps
+        if s is not None and not user.has_perm("review.resolve", s)  # type: ignore[attr-defined]
+    ]
+    if barred:
+        # a person sees a team's items with any role there; deciding them takes a resolver's
+        raise ApplicationError(
+            "forbidden",
+            f"You may not decide items of these runs' teams: {', '.join(barred)}.",
+            status_code=403,
+        )
     kinds = {(s.name, s.state, s.enforced_by) for s in steps if s is not None}
     if len(kinds) > 1:
         raise ApplicationError(

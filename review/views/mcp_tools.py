@@ -10,7 +10,7 @@ from tools.models import McpTool, McpToolMark
 
 
 @require_GET
-@require_perm("manage_policies")
+@require_perm("manage_policies", narrow=True)
 def mcp_tools(request: HttpRequest) -> HttpResponse:
     """The tools MCP proxies found upstream: the server's hint and the admins' mark on each."""
     rows = list(McpTool.objects.order_by("server", "name"))

@@ -6,7 +6,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from dashboard.views.common import page_action, person, require_perm
+from dashboard.views.common import page_action, person, require_home_team, require_perm
 from review import selectors
 from review.forms import WebhookForm
 from review.services.escalations import escalation_reachable
@@ -20,11 +20,12 @@ from runs.api_errors import ApplicationError
 
 
 @require_http_methods(["GET", "POST"])
-@require_perm("manage_policies")
+@require_perm("manage_policies", narrow=True)
 def notifications(request: HttpRequest) -> HttpResponse:
     form = WebhookForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
+            require_home_team(request)  # a new webhook goes to the switched team
             escalation_webhook_add(
                 user=request.user,  # type: ignore[arg-type]
                 url=form.cleaned_data["url"],

@@ -10,9 +10,10 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from dashboard.views.common import person, require_perm, save_form, tell
+from dashboard.views.common import person, require_home_team, require_perm, save_form, tell
 from review.forms import ApprovalRuleForm, AuditedModelForm, PolicyForm
 from review.services.policies import approval_rule_save, budget_policy_delete, budget_policy_save
+from runs.api_errors import ApplicationError
 from runs.models import ApprovalRule, BudgetPolicy
 from teams.scope import home_team_id
 
@@ -35,6 +36,11 @@ def _setting_page[M: Model](
     model = form_class._meta.model
     stored = get_object_or_404(model, pk=pk) if pk else None
     form = form_class(request.POST or None, instance=stored)
+    if stored is None and request.method == "POST":
+        try:
+            require_home_team(request)  # a new row goes to the switched team
+        except ApplicationError as exc:
+            form.add_error(None, exc.message)
     # a fresh copy for the service: validating the form wrote the posted values onto `stored`
     result = save_form(
         request,
@@ -46,7 +52,7 @@ def _setting_page[M: Model](
             values=values,
         ),
     )
-    if result is not None:
+    if result is not None and not form.errors:
         messages.success(request, saved(result))
         return HttpResponseRedirect(reverse(back))
     nav = "approval_rules" if name == "rule" else "policies"
@@ -56,7 +62,7 @@ def _setting_page[M: Model](
 
 
 @require_GET
-@require_perm("manage_policies")
+@require_perm("manage_policies", narrow=True)
 def policies(request: HttpRequest) -> HttpResponse:
     """Every budget policy, the default first."""
     rows = list(BudgetPolicy.objects.order_by("-is_default", "name"))
@@ -69,7 +75,7 @@ def _policy_saved(policy: BudgetPolicy) -> str:
 
 
 @require_http_methods(["GET", "POST"])
-@require_perm("manage_policies")
+@require_perm("manage_policies", narrow=True)
 def policy_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     """A budget policy's new-and-edit page. It says which policy is the default now: ticking
     the box takes the flag over."""
@@ -88,7 +94,7 @@ def policy_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-@require_perm("manage_policies")
+@require_perm("manage_policies", narrow=True)
 def policy_delete(request: HttpRequest, pk: int) -> HttpResponse:
     """Deleting asks first and says what follows; a POST without `confirm=yes` asks again."""
     policy = get_object_or_404(BudgetPolicy, pk=pk)
@@ -107,7 +113,7 @@ def policy_delete(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @require_GET
-@require_perm("manage_policies")
+@require_perm("manage_policies", narrow=True)
 def approval_rules(request: HttpRequest) -> HttpResponse:
     """Every approval rule an admin wrote (not the fence that holds forks' writes)."""
     rows = ApprovalRule.objects.filter(is_fork_fence=False).order_by("agent", "tool_pattern")
@@ -117,7 +123,7 @@ def approval_rules(request: HttpRequest) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-@require_perm("manage_policies")
+@require_perm("manage_policies", narrow=True)
 def approval_rule_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     """An approval rule's new-and-edit page."""
     return _setting_page(

@@ -22,12 +22,13 @@ from dashboard.views.common import (
     posted,
     render_polled,
     require_perm,
+    require_perm_on,
     tell,
 )
 from review import evidence, selectors, toolside
 from review.forms import ApproveForm, AssignForm, BulkDecideForm, DenyForm, ResolveForm
 from review.services.claims import review_step_assign, review_step_claim, review_step_release
-from review.services.escalations import escalation_reachable, sla_seconds
+from review.services.escalations import escalation_reachable, sla_seconds, team_slas
 from review.services.resolutions import (
     review_step_approve,
     review_step_deny,
@@ -45,12 +46,15 @@ from runs.models import Step
 def _queue_context() -> dict[str, Any]:
     now = clock.now()
     sla = sla_seconds()
+    slas = team_slas()  # each item is coloured by its own team's SLA
     steps = selectors.queue_steps()
     items = [
         {
             "step": s,
             "waited": (now - s.intent_at).total_seconds(),
-            "level": selectors.sla_level((now - s.intent_at).total_seconds(), sla),
+            "level": selectors.sla_level(
+                (now - s.intent_at).total_seconds(), slas.get(s.team_id, sla)
+            ),
             "claim_live": s.claim_is_live(now),
             "claim_expired": s.claim_has_expired(now),
             **selectors.item_columns(s),
@@ -61,7 +65,9 @@ def _queue_context() -> dict[str, Any]:
         {
             "run": r,
             "waited": (now - r.updated_at).total_seconds(),
-            "level": selectors.sla_level((now - r.updated_at).total_seconds(), sla),
+            "level": selectors.sla_level(
+                (now - r.updated_at).total_seconds(), slas.get(r.team_id, sla)
+            ),
         }
         for r in selectors.queue_review_runs()
     ]
@@ -121,15 +127,19 @@ def _item_context(request: HttpRequest, step: Step, **extra: Any) -> dict[str, A
         "evidence": evidence.step_evidence(step, key),
         "concerns": toolside.concerned_records(step.arguments),
         "waited": (now - step.intent_at).total_seconds(),
-        "level": selectors.sla_level((now - step.intent_at).total_seconds(), sla_seconds()),
+        "level": selectors.sla_level(
+            (now - step.intent_at).total_seconds(), team_slas().get(step.team_id, sla_seconds())
+        ),
         "claim_live": claim_live,
         "claimed_by_me": claim_live and step.claimed_by_id == request.user.pk,
         # what the open page shows; its poll swaps only when this changes (a note being
         # typed is not wiped every few seconds)
         "seen": f"{step.state}:{step.claimed_by_id or 0}:{int(claim_live)}:{approvals}",
-        "can_resolve": request.user.has_perm("review.resolve"),
+        "can_resolve": request.user.has_perm("review.resolve", step),
         "approval": approval,
-        "people": selectors.people_who_decide() if request.user.has_perm("review.resolve") else [],
+        "people": selectors.people_who_decide(step.team_id)
+        if request.user.has_perm("review.resolve", step)
+        else [],
         "form": extra.pop("form", None) or ResolveForm(),
         "resumed_by": selectors.run_resumed_by(step.run) if step.resolution_action else "",
         **extra,
@@ -216,6 +226,7 @@ def queue_item_action[F: forms.Form](
         @wraps(decide)
         def view(request: HttpRequest, run_id: UUID, index: int) -> HttpResponse:
             step = _get_step(run_id, index)
+            require_perm_on(request, "resolve", step)  # in the item's team (404 if unseen)
             form = form_class(request.POST) if form_class is not None else None
             kept = form if keep_form else None
             if form is not None and not form.is_valid():

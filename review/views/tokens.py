@@ -6,7 +6,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from dashboard.views.common import require_perm
+from dashboard.views.common import require_home_team, require_perm
 from review.forms import TokenForm
 from review.services.tokens import review_token_create, review_token_revoke
 from runs.api_errors import ApplicationError
@@ -14,12 +14,13 @@ from runs.models import WorkerToken
 
 
 @require_http_methods(["GET", "POST"])
-@require_perm("manage_tokens")
+@require_perm("manage_tokens", narrow=True)
 def tokens(request: HttpRequest) -> HttpResponse:
     form = TokenForm(request.POST or None)
     created: tuple[WorkerToken, str] | None = None
     if request.method == "POST" and form.is_valid():
         try:
+            require_home_team(request)  # a new token goes to the switched team
             created = review_token_create(
                 user=request.user,  # type: ignore[arg-type]
                 name=form.cleaned_data["name"],
@@ -43,7 +44,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-@require_perm("manage_tokens")
+@require_perm("manage_tokens", narrow=True)
 def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     """Revoking asks first (every worker using the token stops at once); a POST without
     `confirm=yes` shows the same question instead of revoking."""

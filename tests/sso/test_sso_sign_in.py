@@ -48,20 +48,28 @@ def groups_of(user: User) -> set[str]:
     return set(user.groups.values_list("name", flat=True))
 
 
-def test_the_role_map_reads_pairs_and_refuses_what_is_not_a_dashboard_group():
-    assert role_map_parse("a=supervisors, b=admins,b=auditors ,") == {
-        "a": frozenset({SUPERVISORS}),
-        "b": frozenset({ADMINS, AUDITORS}),
+def test_the_role_map_reads_pairs_and_refuses_what_is_not_a_role():
+    # a group's name, or a role, without a team: held in `default` (as before teams)
+    assert role_map_parse("a=supervisors, b=admins,b=auditor ,") == {
+        "a": frozenset({("default", "supervisor")}),
+        "b": frozenset({("default", "admin"), ("default", "auditor")}),
     }
     # Entra ids and Keycloak paths as claim values; a value may hold "="
     assert role_map_parse("/ledger/admins=admins,x=y=auditors") == {
-        "/ledger/admins": frozenset({ADMINS}),
-        "x=y": frozenset({AUDITORS}),
+        "/ledger/admins": frozenset({("default", "admin")}),
+        "x=y": frozenset({("default", "auditor")}),
+    }
+    # a team named before the role
+    assert role_map_parse("ledger-billing-sup=billing:supervisor,ops=billing:admins") == {
+        "ledger-billing-sup": frozenset({("billing", "supervisor")}),
+        "ops": frozenset({("billing", "admin")}),
     }
     with pytest.raises(ImproperlyConfigured, match="superusers"):
         role_map_parse("ops=superusers")
-    with pytest.raises(ImproperlyConfigured, match="claim-value=group"):
+    with pytest.raises(ImproperlyConfigured, match="claim-value=team:role"):
         role_map_parse("supervisors")
+    with pytest.raises(ImproperlyConfigured, match="not a team slug"):
+        role_map_parse("ops=Billing Team:admin")
 
 
 def test_the_roles_claim_may_be_one_string_or_reach_into_an_object():

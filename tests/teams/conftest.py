@@ -24,6 +24,7 @@ from runs.tokens import worker_token_create
 from teams.models import Membership, Team
 from teams.scope import team_scope
 from teams.services import grant_role, team_create
+from tests.review.browser import review_server  # noqa: F401  (fixture)
 from tools.models import IdempotencyKey, McpTool, OutboundEmail, Ticket, TicketComment
 
 

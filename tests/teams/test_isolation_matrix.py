@@ -225,8 +225,8 @@ def two(transactional_db: Any, settings: Any, tmp_path: Path) -> Sides:
 
 
 def rows_of(side: Side) -> dict[str, str]:
-    """A digest of each team-owned table's rows of the team, read under every team, and of the
-    team's people's accounts."""
+    """A digest of each team-owned table's rows of the team, read under every team, of the
+    team's own row and of the team's people's accounts."""
     tables = [m._meta.db_table for m in team_owned_models()]
     sql = " UNION ALL ".join(
         f"SELECT '{t}', md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), ''))"  # noqa: S608
@@ -243,6 +243,9 @@ def rows_of(side: Side) -> dict[str, str]:
             [side.team.pk],
         )
         digests["people"] = repr(cursor.fetchall())
+        # the team's own row (its queue settings: /team/settings)
+        cursor.execute("SELECT t::text FROM teams_team t WHERE t.id = %s", [side.team.pk])
+        digests["teams_team"] = repr(cursor.fetchall())
         # the chain alert about the team's runs (alerts are org-wide rows)
         cursor.execute("SELECT a::text FROM audit_chainalert a WHERE a.id = %s", [side.alert.pk])
         digests["audit_chainalert"] = repr(cursor.fetchall())
@@ -642,6 +645,13 @@ PAGES: dict[str, Page] = {
     "people/<int:user_id>/groups": Page(post=lambda b: {"groups": []}),
     "people/<int:user_id>/deactivate": Page(post=lambda b: {}),
     "people/<int:user_id>/reactivate": Page(post=lambda b: {}),
+    # a role in A's own team for B's supervisor (of B only: out of A's admin's sight)
+    "people/<int:user_id>/role": Page(post=lambda b: {"team": "billing", "role": "supervisor"}),
+    "team/": Page(post=lambda b: {"team": b.team.slug, "next": "/queue/"}),
+    "teams/": Page(post=lambda b: {"slug": f"{b.team.slug}-two", "name": "Two"}),
+    "team/settings": Page(
+        post=lambda b: {"review_sla_minutes": "5", "escalation_email": "desk@example.com"}
+    ),
     "login/": Page(),
     "logout/": Page(get=False),  # any request there ends the session
     "password/": Page(),
@@ -854,8 +864,10 @@ def _table(rows: list[Row], b: Side) -> str:
         "agent, MCP server, incident title, export id) is in any body or header; and none of B's",
         "rows (every team-owned table, read under every team) nor B's people changed. Where an",
         "answer is not a 404 (a form's redirect, a gateway refusal), the same request about an",
-        "object that does not exist gets the same answer (`as for no such object`). See",
-        "[Teams](teams.md) for the boundary behind it.",
+        "object that does not exist gets the same answer (`as for no such object`). A 403 answers",
+        "what A's roles do not allow whatever the object (the Teams page is an org admin's; the",
+        "people page's groups stand for roles in `default`). See [Teams](teams.md) for the",
+        "boundary behind it.",
         "",
         "## The worker API and the gateway (team A's token)",
         "",
