@@ -149,3 +149,23 @@ def _forget_roles(user: Any) -> None:
     for attr in ("_team_roles", "_perm_cache", "_group_perm_cache", "_user_perm_cache"):
         if hasattr(user, attr):
             delattr(user, attr)
+
+
+@transaction.atomic
+def team_rename(team: Team, name: str, *, actor: Any = "system") -> Team:
+    """`team` shown as `name` (its slug, which tokens and commands name, stays); audited in the
+    team. Renaming it to the name it has changes nothing and writes no entry."""
+    if team.name == name:
+        return team
+    before, team.name = team.name, name
+    team.full_clean()
+    team.save(update_fields=["name"])
+    with team_scope(team.pk):
+        audit_record(
+            actor=actor,
+            action="team.rename",
+            target=f"team:{team.slug}",
+            details={"slug": team.slug, "name": name, "before": before},
+            team=team.pk,
+        )
+    return team

@@ -83,15 +83,23 @@ def facts(database_url: str, customer: str, clone: Path) -> dict[str, Any]:
     return {"tickets": [t[0] for t in tickets], "mails": len(mails)}
 
 
-def the_maybe_sent_item(out: Output, clone: Path) -> dict[str, Any]:
+def the_maybe_sent_item(out: Output, clone: Path, key: str = "maybe_sent") -> dict[str, Any]:
     out.wait_for(r"^Review queue: ", SUMMARY_TIMEOUT)
     assert "PROBLEM" not in out.text, out.text
     summary: dict[str, Any] = json.loads((clone / ".demo" / "summary.json").read_text())
-    maybe_sent = summary["runs"]["maybe_sent"]
+    maybe_sent = summary["runs"][key]
     assert maybe_sent["status"] == "needs_review"
     [unknown] = maybe_sent["unknown_steps"]
     assert unknown["name"] == "email.send"
     return {**maybe_sent, "index": unknown["index"]}
+
+
+def queue_of(url: str, username: str, password: str) -> str:
+    with httpx.Client(timeout=30) as client:
+        log_in(client, url, username, password)
+        queue = client.get(f"{url}/queue/")
+    assert queue.status_code == 200, queue.text[:500]
+    return queue.text
 
 
 def said_who_resumes(page: str, ticket: str) -> None:
@@ -119,6 +127,22 @@ def test_resolving_the_demos_maybe_sent_email_lets_its_run_finish(clean_clone: P
         password = out.wait_for(r"^\s+supervisor\s+(\S+)\s+\(supervisors\)$", 1).group(1)
         database_url = out.wait_for(r"^\s+(postgres://\S+)$", 1).group(1)
         assert facts(database_url, item["customer"], clean_clone)["mails"] == 1
+
+        # two teams, a supervisor of each: each sees their own team's maybe-sent item only
+        billing = the_maybe_sent_item(out, clean_clone, "billing_maybe_sent")
+        assert (item["team"], billing["team"]) == ("default", "billing")
+        support_link = f"/queue/{item['run_id']}/{item['index']}/"
+        billing_link = f"/queue/{billing['run_id']}/{billing['index']}/"
+        support_sup = out.wait_for(r"^\s+support-sup\s+(\S+)\s+\(supervisors\)$", 1).group(1)
+        billing_sup = out.wait_for(
+            r"^\s+billing-sup\s+(\S+)\s+\(supervisor in billing\)$", 1
+        ).group(1)
+        support_queue = queue_of(url, "support-sup", support_sup)
+        assert support_link in support_queue and billing_link not in support_queue
+        assert billing["run_id"] not in support_queue and billing["customer"] not in support_queue
+        billing_queue = queue_of(url, "billing-sup", billing_sup)
+        assert billing_link in billing_queue and support_link not in billing_queue
+        assert item["run_id"] not in billing_queue and item["customer"] not in billing_queue
         with httpx.Client(timeout=30) as client:
             log_in(client, url, "supervisor", password)
             page = resolve(client, url, item["run_id"], item["index"], "sent")
