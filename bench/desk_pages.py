@@ -30,6 +30,11 @@ def _setup() -> None:
     import django
 
     django.setup()
+    from teams.scope import every_team_scope, set_current
+
+    # the served role sees no team's row until the transaction names some: the counts and the
+    # items picked here are every team's (the pages are fetched as their signed-in person)
+    set_current(every_team_scope("operator command"))
 
 
 def _client() -> Any:

@@ -1,7 +1,7 @@
 """Teams, measured (issue 47's "Measure"): what row-level security costs the hot path, and the desk
 with runs spread over ten teams.
 
-    python -m bench.part_teams [--smoke|--quick] [--desk-runs N] [--out bench/TEAMS.md]
+    python -m bench.part_teams [--smoke|--quick] [--desk-runs N] [--keep] [--out bench/TEAMS.md]
 
 Serves the ledger with gunicorn as the bench's ordinary role (bench.common.APP_ROLE: neither a
 superuser nor BYPASSRLS, so the forced policies bind it, as on a managed database), then:
@@ -21,7 +21,7 @@ superuser nor BYPASSRLS, so the forced policies bind it, as on a managed databas
     and as a person holding a role in all ten teams.
 
 Tiers: smoke 1,000 desk runs (the test suite), quick 100,000, full 1,000,000; `--desk-runs`
-overrides. Writes TEAMS.md and TEAMS.json beside each other.
+overrides; `--keep` measures on the runs already there (topped up), instead of starting empty. Writes TEAMS.md and TEAMS.json beside each other.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ print(settings.SESSION_COOKIE_NAME, s.session_key)
 
 def _session_of(name: str, slugs: list[str]) -> tuple[str, str]:
     """A session of a person (not a superuser) with the supervisor and admin roles in `slugs`."""
-    out = stack.manage("shell", "-c", PERSON.format(name=name, slugs=slugs))
+    out = stack.shell(PERSON.format(name=name, slugs=slugs))
     cookie, key = out.strip().splitlines()[-1].split()
     return cookie, key
 
@@ -174,7 +174,7 @@ def desk(ctx: Ctx, url: str, runs: int) -> None:
         )
         ctx.log(f"teams: {gen['runs']:,} runs in {gen['seconds']:.0f} s")
         res.extra["datagen_seconds"] = round(gen["seconds"], 1)
-    stack.manage("shell", "-c", "from console.rollup import run_days_refresh; run_days_refresh()")
+    stack.shell("from console.rollup import run_days_refresh; run_days_refresh()")
     with stack.admin_connect(BENCH_DB) as conn:
         conn.execute("VACUUM ANALYZE runs_run")
         conn.execute("VACUUM ANALYZE runs_step")
@@ -231,9 +231,10 @@ def desk(ctx: Ctx, url: str, runs: int) -> None:
     )
 
 
-def run(ctx: Ctx, workers: int, threads: int, desk_runs: int) -> None:
+def run(ctx: Ctx, workers: int, threads: int, desk_runs: int, keep: bool = False) -> None:
     ctx.results.current_part = "teams"
-    stack.reset_journal_tables()
+    if not keep:
+        stack.reset_journal_tables()
     ctx.token = stack.worker_token()
     with stack.gunicorn(workers=workers, threads=threads) as (url, _proc):
         hot_path(ctx, url)
@@ -275,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--quick", action="store_true", help="100k desk runs")
     group.add_argument("--smoke", action="store_true", help="1k desk runs")
     parser.add_argument("--desk-runs", type=int, help="the desk's runs (default: the tier's)")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the runs in the bench database (a 1M desk takes minutes to generate): no "
+        "reset, datagen only tops up to --desk-runs",
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--out", default=str(BENCH / "TEAMS.md"))
@@ -288,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         stack.migrate_bench_db()
-        run(ctx, args.workers, args.threads, args.desk_runs or DESK_RUNS[tier])
+        run(ctx, args.workers, args.threads, args.desk_runs or DESK_RUNS[tier], keep=args.keep)
         results.parts_run.append("teams")
     finally:
         stack.stop_all()

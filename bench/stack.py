@@ -152,6 +152,19 @@ def manage(*args: str, check: bool = True) -> str:
     return proc.stdout
 
 
+# a shell snippet's scope: the served ledger's role sees no team's row until the transaction names
+# some (teams.scope); the bench's snippets read and refresh every team's, as an operator does
+EVERY_TEAM = (
+    "from teams.scope import every_team_scope, set_current\n"
+    "set_current(every_team_scope('operator command'))\n"
+)
+
+
+def shell(code: str) -> str:
+    """`manage.py shell -c code` in the served tree, every team in scope; its output."""
+    return manage("shell", "-c", EVERY_TEAM + code)
+
+
 def migrate_bench_db() -> None:
     ensure_database(BENCH_DB)
     manage("migrate", "--noinput")
