@@ -6,8 +6,11 @@ batch from one snapshot), decisions are derived from the same run lines as they 
 agree with the chains the verifier checks), the audit log and the purges are iterated, never
 loaded whole. Memory stays flat at 10,000 runs.
 
-Scope: `PackScope` decides which runs and which audit entries a pack holds. A team (when teams
-exist) is one more field of it, read by `runs()` and `audit_entries()`.
+Scope: `PackScope` decides which runs and which audit entries a pack holds. A pack is one
+team's (docs/teams.md): it is written under that team's row-level-security scope, so its runs,
+decisions, audit entries, policies, rules and incidents are the team's and no other's (a query
+that forgot its filter would still see no other team's row); its people are those who hold a role
+in the team, or whose role in it changed; the manifest names the team.
 """
 
 import csv
@@ -18,6 +21,7 @@ import tempfile
 import zipfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from importlib import metadata
@@ -49,13 +53,18 @@ from review.models import AuditEntry
 from review.services.policies import POLICY_FIELDS
 from runs import clock
 from runs.models import ApprovalRule, BudgetPolicy, Run
-from teams.services import group_names_of
+from teams.models import DEFAULT_TEAM_SLUG, Membership, Team
+from teams.scope import current, team_scope
+from teams.services import GROUP_ROLE, group_names_of
 
 GENERATOR = "agent-ledger-server"
 Progress = Callable[[int, int], None]  # (runs written, bytes written)
 
 # audit-log actions that set a person's groups (their details carry "groups")
 ROLE_ACTIONS = ("people.create", "people.groups", "sso.roles", "sso.login")
+# and a role granted or revoked in a team (details: "role", "team"), filed in that team
+TEAM_ROLE_ACTIONS = ("team.role_grant", "team.role_revoke")
+ROLE_GROUP = {role: group for group, role in GROUP_ROLE.items()}
 # what the people file's history holds: grants, revocations, sign-ins and refusals
 PEOPLE_ACTIONS = (
     *ROLE_ACTIONS,
@@ -66,6 +75,7 @@ PEOPLE_ACTIONS = (
     "login.lockout",
     "login.refused_locked",
     "sso.refused",
+    *TEAM_ROLE_ACTIONS,
 )
 SETTING_PREFIXES = ("policy.", "approval_rule.", "run.limits.")
 HOLD_ACTIONS = ("run.legal_hold", "run.legal_hold_lift")
@@ -81,12 +91,14 @@ def generator_version() -> str:
 
 @dataclass(frozen=True)
 class PackScope:
-    """Runs created in [period_from, period_to] (UTC dates, inclusive) of `agents` (all when
-    empty), and the audit entries of the same period."""
+    """Runs of `team` created in [period_from, period_to] (UTC dates, inclusive) of `agents`
+    (all when empty), and the team's audit entries of the same period. The pack is written under
+    the team's scope (`team_scope`): every query of it sees that team's rows only."""
 
     period_from: date
     period_to: date
     agents: tuple[str, ...] = ()
+    team: Team | None = None  # None: the one team there is (evidence_scope_parse decides)
 
     @property
     def start(self) -> datetime:
@@ -109,7 +121,16 @@ class PackScope:
         return AuditEntry.objects.filter(at__gte=self.start, at__lt=self.end)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"agents": list(self.agents) or None}
+        return {"agents": list(self.agents) or None, "team": self.team_slug}
+
+    @property
+    def team_slug(self) -> str | None:
+        return self.team.slug if self.team else None
+
+    def team_named(self) -> dict[str, Any] | None:
+        if self.team is None:
+            return None
+        return {"id": self.team.pk, "slug": self.team.slug, "name": self.team.name}
 
 
 # --- who held which role when ---------------------------------------------------------------
@@ -126,16 +147,38 @@ class RoleHistory:
 
     users: dict[str, Any] = field(default_factory=dict)  # username -> User
     by_pk: dict[int, Any] = field(default_factory=dict)
+    # the team's people (a role in it now, or a role change in it); None: everyone
+    members: set[int] | None = None
+    team_roles_now: dict[int, frozenset[str]] = field(default_factory=dict)  # groups, by pk
+    by_team_roles: bool = False  # a team other than default: roles from its grants
     changes: dict[int, list[tuple[datetime, frozenset[str], frozenset[str]]]] = field(
         default_factory=lambda: defaultdict(list)
     )  # pk -> [(at, groups after, groups before)]
 
     @classmethod
-    def load(cls, *, until: datetime) -> "RoleHistory":
+    def load(cls, *, until: datetime, team: Team | None = None) -> "RoleHistory":
+        """The history of everyone's groups (no team), or of one team's roles, read under that
+        team's scope: `default`'s roles are the dashboard's groups (as before teams); another
+        team's are its grants and revocations (team.role_grant / team.role_revoke)."""
         history = cls()
         for user in get_user_model()._default_manager.prefetch_related("groups"):
             history.users[user.get_username()] = user
             history.by_pk[user.pk] = user
+        if team is not None:
+            now: dict[int, set[str]] = defaultdict(set)
+            for user_id, role in Membership.objects.filter(team_id=team.pk).values_list(
+                "user_id", "role"
+            ):
+                now[user_id].add(ROLE_GROUP.get(role, role))
+            history.team_roles_now = {pk: frozenset(g) for pk, g in now.items()}
+            history.members = set(now) | {
+                pk for pk, user in history.by_pk.items() if user.is_superuser
+            }
+            if team.slug != DEFAULT_TEAM_SLUG:
+                history.by_team_roles = True
+                history._load_team_grants()
+                history.members |= set(history.changes)
+                return history
         entries = AuditEntry.objects.filter(
             action__in=ROLE_ACTIONS, target__startswith="user:", at__lt=until
         ).order_by("at", "id")
@@ -155,7 +198,46 @@ class RoleHistory:
                     details.get("removed") or []
                 )
             history.changes[pk].append((entry.at, after, before))
+        if history.members is not None:
+            history.members |= set(history.changes)
         return history
+
+    def _load_team_grants(self) -> None:
+        """A team's role changes (every one, in order), walked back from its roles now: each
+        change's groups after and before it."""
+        entries = AuditEntry.objects.filter(
+            action__in=TEAM_ROLE_ACTIONS, target__startswith="user:"
+        ).order_by("-at", "-id")
+        held = {pk: set(groups) for pk, groups in self.team_roles_now.items()}
+        backwards: dict[int, list[tuple[datetime, frozenset[str], frozenset[str]]]] = defaultdict(
+            list
+        )
+        for entry in entries.iterator(chunk_size=2000):
+            try:
+                pk = int(entry.target.removeprefix("user:"))
+            except ValueError:
+                continue
+            group = ROLE_GROUP.get((entry.details or {}).get("role", ""), "")
+            after = frozenset(held.setdefault(pk, set()))
+            if entry.action == "team.role_grant":
+                held[pk].discard(group)
+            else:
+                held[pk].add(group)
+            backwards[pk].append((entry.at, after, frozenset(held[pk])))
+        for pk, changes in backwards.items():
+            self.changes[pk] = list(reversed(changes))
+
+    def people(self) -> list[Any]:
+        """The pack's people, by id: the team's (or everyone, for a pack of no team)."""
+        return sorted(
+            (u for u in self.by_pk.values() if self.members is None or u.pk in self.members),
+            key=lambda u: u.pk,
+        )
+
+    def groups_now(self, user: Any) -> frozenset[str]:
+        if self.by_team_roles:
+            return self.team_roles_now.get(user.pk, frozenset())
+        return group_names_of(user)
 
     def groups_at(self, user: Any, at: datetime) -> tuple[frozenset[str], str]:
         changes = self.changes.get(user.pk, [])
@@ -169,7 +251,7 @@ class RoleHistory:
                 break
         if held is not None:
             return held, "audit log"
-        return group_names_of(user), "current (no recorded change)"
+        return self.groups_now(user), "current (no recorded change)"
 
     def role_at(self, username: str, at: datetime) -> str:
         user = self.users.get(username)
@@ -342,7 +424,7 @@ def _people(pack: _Pack, scope: PackScope, roles: RoleHistory) -> None:
     issuers = dict(OidcIdentity.objects.values_list("user_id", "issuer"))
     last_day = scope.end - timedelta(microseconds=1)
     rows = []
-    for user in sorted(roles.by_pk.values(), key=lambda u: u.pk):
+    for user in roles.people():
         start, start_source = roles.groups_at(user, scope.start)
         end, _ = roles.groups_at(user, last_day)
         rows.append(
@@ -355,7 +437,7 @@ def _people(pack: _Pack, scope: PackScope, roles: RoleHistory) -> None:
                 user.date_joined.isoformat(),
                 "+".join(sorted(start)),
                 "+".join(sorted(end)),
-                "+".join(sorted(group_names_of(user))),
+                "+".join(sorted(roles.groups_now(user))),
                 start_source,
                 user.last_login.isoformat() if user.last_login else "",
             ]
@@ -538,8 +620,30 @@ def evidence_pack_write(
     created_at = clock.now()
     public_key = signing_public_key()
     key_id = signing_key_id()  # refuses before a byte is written when no key is set
+    with team_scope(scope.team.pk) if scope.team is not None else nullcontext():
+        return _pack_write(
+            scope=scope,
+            target=target,
+            progress=progress,
+            generated_by=generated_by,
+            created_at=created_at,
+            public_key=public_key,
+            key_id=key_id,
+        )
+
+
+def _pack_write(
+    *,
+    scope: PackScope,
+    target: IO[bytes],
+    progress: Progress | None,
+    generated_by: str,
+    created_at: datetime,
+    public_key: Any,
+    key_id: str,
+) -> PackSummary:
     summary = PackSummary(fingerprint=key_fingerprint(public_key))
-    roles = RoleHistory.load(until=scope.end)
+    roles = RoleHistory.load(until=scope.end, team=scope.team)
     pack = _Pack(target)
     try:
         _runs_and_decisions(pack, scope, roles, progress, summary)
@@ -570,6 +674,7 @@ def evidence_pack_write(
             "created_at": created_at.isoformat(),
             "created_by": generated_by,
             "period": {"from": scope.period_from.isoformat(), "to": scope.period_to.isoformat()},
+            "team": scope.team_named(),
             "filters": scope.as_dict(),
             "key_id": key_id,
             "counts": {
@@ -590,9 +695,15 @@ def evidence_pack_write(
 
 
 def evidence_scope_parse(
-    *, period_from: str | date, period_to: str | date, agents: Iterable[str] = ()
+    *,
+    period_from: str | date,
+    period_to: str | date,
+    agents: Iterable[str] = (),
+    team: str | None = None,
 ) -> PackScope:
-    """A period and agents typed by a person (command line, form); every problem reported."""
+    """A period, agents and a team's slug typed by a person (command line, form); every problem
+    reported. A pack is one team's: without a slug, the one team there is (an install of one
+    team); with several, naming none is refused."""
     from runs.api_errors import ApplicationError
 
     errors: dict[str, list[str]] = {}
@@ -613,11 +724,29 @@ def evidence_scope_parse(
     named = tuple(sorted({a.strip() for a in agents if a and a.strip()}))
     if any(len(a) > 100 for a in named):
         errors["agents"] = ["At most 100 characters each."]
+    chosen = _pack_team(team, errors)
     if errors or start is None or end is None:
         raise ApplicationError(
             "validation_error", "Invalid evidence pack scope.", status_code=400, details=errors
         )
-    return PackScope(period_from=start, period_to=end, agents=named)
+    return PackScope(period_from=start, period_to=end, agents=named, team=chosen)
+
+
+def _pack_team(slug: str | None, errors: dict[str, list[str]]) -> Team | None:
+    """The team named `slug`, or the only team; a problem in `errors` otherwise (teams_team is
+    not row-secured: every slug may be named, and the pack then sees that team's rows only when
+    the caller may: a command's operator, or the job of a person in it)."""
+    if slug:
+        team = Team.objects.filter(slug=slug.strip()).first()
+        if team is None:
+            errors["team"] = [f"No team {slug.strip()!r}."]
+        return team
+    teams = list(Team.objects.order_by("slug")[:2])
+    if len(teams) == 1:
+        return teams[0]
+    slugs = ", ".join(Team.objects.order_by("slug").values_list("slug", flat=True))
+    errors["team"] = [f"A pack is one team's: name the team (one of {slugs})."]
+    return None
 
 
 def evidence_scope_of_job(filters: dict[str, Any]) -> PackScope:
@@ -625,6 +754,7 @@ def evidence_scope_of_job(filters: dict[str, Any]) -> PackScope:
         period_from=filters["period_from"],
         period_to=filters["period_to"],
         agents=filters.get("agents") or (),
+        team=filters.get("team"),
     )
 
 
@@ -636,14 +766,22 @@ def evidence_job_create(*, user: Any, scope: PackScope) -> Any:
     from audit.models import ExportFormat, ExportJob
     from audit.tasks import export_job_run_task
     from dashboard.audit import audit_record
+    from runs.api_errors import ApplicationError
 
     signing_key_id()  # refuse now, not in the worker, when no key is set
+    if scope.team is None or not current().sees(scope.team.pk):
+        # a team the person is not in answers as one that does not exist
+        raise ApplicationError(
+            "validation_error", "A pack is one of your teams': name the team.", status_code=400
+        )
     filters = {
         "period_from": scope.period_from.isoformat(),
         "period_to": scope.period_to.isoformat(),
         "agents": list(scope.agents),
+        "team": scope.team.slug,
     }
-    with transaction.atomic():
+    # the job is the team's (its task works under the job's team: audit.tasks)
+    with transaction.atomic(), team_scope(scope.team.pk):
         job = ExportJob.objects.create(
             created_by=user,
             created_by_name=user.get_username(),

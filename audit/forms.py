@@ -58,6 +58,11 @@ class EvidencePackForm(forms.Form):
         max_length=2000,
         help_text="Agent names separated by commas; empty: every agent.",
     )
+    team = forms.SlugField(
+        required=False,
+        max_length=50,
+        help_text="The team whose pack this is (a pack is one team's); empty: your team.",
+    )
 
     def clean(self) -> dict:
         data = super().clean() or {}

@@ -57,6 +57,8 @@ from runs.api_errors import ApplicationError
 from runs.models import Run
 from teams import scope
 from teams.backends import scope_with_permission
+from teams.models import Team
+from teams.scope import current, home_team_id
 
 
 def _require(request: HttpRequest, allowed: bool, permission: str = "review.export") -> None:
@@ -120,6 +122,7 @@ def exports(request: HttpRequest) -> HttpResponseBase:
         {
             "form": form,
             "evidence_form": EvidencePackForm(),
+            "evidence_teams": _visible_teams(),
             "jobs": jobs,
             "alerts": _open_alerts(),
             "sync_max": settings.AUDIT_EXPORT_SYNC_MAX_RUNS,
@@ -140,6 +143,20 @@ def _own_job(request: HttpRequest, job_id: UUID) -> ExportJob:
     return job
 
 
+def _visible_teams() -> list[Team]:
+    """The teams whose pack the person may build (the form names one when there are several)."""
+    scope = current()
+    teams = Team.objects.order_by("slug")
+    return list(teams if scope.teams is None else teams.filter(pk__in=scope.teams))
+
+
+def _home_team_slug() -> str | None:
+    """The team of the current scope's new rows (a person's one team, or the one they
+    switched to), if there is one."""
+    home = home_team_id()
+    return Team.objects.filter(pk=home).values_list("slug", flat=True).first() if home else None
+
+
 @login_required
 @require_POST
 def evidence_pack(request: HttpRequest) -> HttpResponseBase:
@@ -153,6 +170,8 @@ def evidence_pack(request: HttpRequest) -> HttpResponseBase:
                 period_from=data["period_from"],
                 period_to=data["period_to"],
                 agents=(data["agents"] or "").split(","),
+                # a pack is one team's: the one named, else the team the person works in now
+                team=data["team"] or _home_team_slug(),
             )
             job = evidence_job_create(user=request.user, scope=scope)
         except ImproperlyConfigured as exc:
@@ -168,6 +187,7 @@ def evidence_pack(request: HttpRequest) -> HttpResponseBase:
         {
             "form": ExportForm(),
             "evidence_form": form,
+            "evidence_teams": _visible_teams(),
             "jobs": ExportJob.objects.filter(created_by_id=request.user.pk)[:20],
             "alerts": _open_alerts(),
             "sync_max": settings.AUDIT_EXPORT_SYNC_MAX_RUNS,

@@ -23,13 +23,19 @@ WORK = BENCH / ".work"
 BENCH_VENV_PY = BENCH / ".venv" / "bin" / "python"
 PG_HOST = os.environ.get("BENCH_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("BENCH_PG_PORT", "5432"))
-PG_USER = os.environ.get("BENCH_PG_USER", "root")
+PG_USER = os.environ.get("BENCH_PG_USER", "root")  # the bench's admin: makes databases, loads data
+# the role the served ledger connects as (its server, workers and manage.py): an ordinary role
+# that owns the bench database, neither a superuser nor BYPASSRLS, as on a managed database, so
+# the forced row-level security binds it as it binds a deployment (tests/database.py makes
+# `ledger_app` for the suite the same way)
+APP_ROLE = os.environ.get("BENCH_APP_ROLE", "ledger_bench")
 BENCH_DB = os.environ.get("BENCH_DB", "bench_ledger")
 PORT_RANGE = (8600, 8699)
 
 
 def pg_url(db: str = BENCH_DB) -> str:
-    return f"postgres://{PG_USER}@{PG_HOST}:{PG_PORT}/{db}"
+    """The served ledger's URL: as the application role."""
+    return f"postgres://{APP_ROLE}@{PG_HOST}:{PG_PORT}/{db}"
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -1,12 +1,14 @@
 """Bulk journal data with valid hash chains, fast: COPY text built by hand, one pass per batch.
 
-    python -m bench.datagen --runs 100000 [--steps 20] [--unknown 5000] [--light]
+    python -m bench.datagen --runs 100000 [--steps 20] [--unknown 5000] [--teams 10]
 
 Runs, steps and events are written with PostgreSQL COPY; every event hash is computed exactly
 as the kernel's `ledger_event_append` does (`runs.canonical.event_body` and `event_hash`, as the verifiers recompute it), so `verify_journal` and exports
 verify. `--unknown N` makes N runs `needs_review` with their last step `unknown` (the review
 queue). `--light` writes 1-step runs (the runs beyond 100k of the scaling curve's 1M tier).
-The generator tops up: it appends runs to whatever is there.
+The generator tops up: it appends runs to whatever is there. `--teams N` spreads the runs over N
+teams, round robin: `default` and `bench-team-02` .. `bench-team-NN` (made when missing); every
+row carries its run's team, as the journal's keys require.
 """
 
 from __future__ import annotations
@@ -143,9 +145,24 @@ class _Chain:
         self.head = digest
 
 
+def bench_teams(conn: psycopg.Connection[Any], count: int) -> list[int]:
+    """The ids of `count` teams: `default`, then bench-team-02 .. (made when missing)."""
+    slugs = ["default", *(f"bench-team-{n:02d}" for n in range(2, count + 1))]
+    for slug in slugs[1:]:
+        conn.execute(
+            "INSERT INTO teams_team (slug, name, created_at) VALUES (%s, %s, now())"
+            " ON CONFLICT (slug) DO NOTHING",
+            (slug, slug.replace("-", " ").title()),
+        )
+    rows = conn.execute("SELECT slug, id FROM teams_team WHERE slug = ANY(%s)", (slugs,))
+    ids = dict(rows.fetchall())
+    return [int(ids[slug]) for slug in slugs]
+
+
 def _run(
     i: int,
     *,
+    team_id: int,
     steps: int,
     status: str,
     created_at: datetime,
@@ -281,6 +298,7 @@ def _run(
     runs_out.append(
         {
             "id": run_id,
+            "team_id": str(team_id),
             "agent": agent,
             "external_id": f"ticket-{i}",
             "input": f'{{"customer":"customer-{i}@example.com","ticket":{i}}}',
@@ -315,6 +333,7 @@ def _run(
     )
     for row in steps_out[first_step:] + events_out[first_event:]:
         row["journal_month"] = month
+        row["team_id"] = str(team_id)
 
 
 def _status(i: int, unknown_every: int) -> str:
@@ -327,9 +346,16 @@ def _status(i: int, unknown_every: int) -> str:
 
 
 def generate(
-    *, runs: int, steps: int = 20, unknown: int = 0, start_index: int = 0, batch: int = 2000
+    *,
+    runs: int,
+    steps: int = 20,
+    unknown: int = 0,
+    start_index: int = 0,
+    batch: int = 2000,
+    teams: int = 1,
 ) -> dict[str, Any]:
-    """Append `runs` runs; returns counts and seconds. `unknown` of them end needs_review."""
+    """Append `runs` runs over `teams` teams (run i in team i mod teams); returns counts and
+    seconds. `unknown` of them end needs_review."""
     t0 = time.perf_counter()
     unknown_every = runs // unknown if unknown else 0
     now = datetime.now(UTC).replace(microsecond=0)
@@ -337,10 +363,10 @@ def generate(
     made_unknown = 0
     counts = {"runs": 0, "steps": 0, "events": 0}
     layouts = [
-        # each row also carries its run's journal_month (the partition key), set in _run
-        _layout("runs.Run", set(RUN_KEYS) | {"journal_month"}),
-        _layout("runs.Step", set(STEP_KEYS) | {"journal_month"}),
-        _layout("runs.Event", set(EVENT_KEYS) | {"journal_month"}),
+        # each row also carries its run's journal_month (the partition key) and team, set in _run
+        _layout("runs.Run", set(RUN_KEYS) | {"journal_month", "team_id"}),
+        _layout("runs.Step", set(STEP_KEYS) | {"journal_month", "team_id"}),
+        _layout("runs.Event", set(EVENT_KEYS) | {"journal_month", "team_id"}),
     ]
     with psycopg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=BENCH_DB) as conn:
         # consistency is by construction here: skip the per-row FK trigger checks (superuser
@@ -350,6 +376,8 @@ def generate(
         except psycopg.errors.InsufficientPrivilege:
             conn.rollback()
         conn.execute("SET synchronous_commit = off")
+        team_ids = bench_teams(conn, teams)
+        conn.commit()
         for first in range(0, runs, batch):
             runs_out: list[dict[str, str]] = []
             steps_out: list[dict[str, str]] = []
@@ -366,6 +394,7 @@ def generate(
                 created += timedelta(microseconds=i % 999_983)
                 _run(
                     i,
+                    team_id=team_ids[i % len(team_ids)],
                     steps=steps,
                     status=status,
                     created_at=created,
@@ -403,11 +432,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--unknown", type=int, default=0)
     parser.add_argument("--start-index", type=int, default=0)
+    parser.add_argument("--teams", type=int, default=1, help="spread the runs over N teams")
     args = parser.parse_args()
     print(
         json.dumps(
             generate(
-                runs=args.runs, steps=args.steps, unknown=args.unknown, start_index=args.start_index
+                runs=args.runs,
+                steps=args.steps,
+                unknown=args.unknown,
+                start_index=args.start_index,
+                teams=args.teams,
             )
         )
     )

@@ -21,15 +21,20 @@ from typing import Any
 
 
 def _setup() -> None:
-    from bench.common import BENCH_DB, PG_HOST, PG_PORT, PG_USER
+    from bench.common import BENCH_DB, pg_url
 
-    os.environ["DATABASE_URL"] = f"postgres://{PG_USER}@{PG_HOST}:{PG_PORT}/{BENCH_DB}"
+    os.environ["DATABASE_URL"] = pg_url(BENCH_DB)  # as the served ledger: bound by its policies
     os.environ.setdefault("SECRET_KEY", "bench-only-secret")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     import django
 
     django.setup()
+    from teams.scope import every_team_scope, set_current
+
+    # the served role sees no team's row until the transaction names some: the counts and the
+    # items picked here are every team's (the pages are fetched as their signed-in person)
+    set_current(every_team_scope("operator command"))
 
 
 def _client() -> Any:

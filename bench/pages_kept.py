@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("SECRET_KEY", "bench-only-secret")
     rev = _serve(commit)
     stack.migrate_bench_db()
-    stack.manage("shell", "-c", "from console.rollup import run_days_refresh; run_days_refresh()")
+    stack.shell("from console.rollup import run_days_refresh; run_days_refresh()")
     with stack.admin_connect(BENCH_DB) as conn:
         conn.execute("VACUUM ANALYZE runs_run")
         conn.execute("VACUUM ANALYZE runs_step")

@@ -80,7 +80,7 @@ def _timeline_alone(run_id: str, reps: int, samples: int) -> list[list[float]]:
     import json
 
     code = TIMELINE_ALONE.format(run_id=run_id, reps=reps, samples=samples)
-    out = stack.manage("shell", "-c", code).strip().splitlines()[-1]
+    out = stack.shell(code).strip().splitlines()[-1]
     reps_out: list[list[float]] = json.loads(out)
     return reps_out
 
@@ -118,9 +118,7 @@ def run(ctx: Ctx, workers: int = 2, threads: int = 4) -> None:
                 actual = _count_runs()
                 # what beat does every CONSOLE_ROLLUP_SECONDS (console.tasks.refresh_run_days)
                 t0 = time.perf_counter()
-                stack.manage(
-                    "shell", "-c", "from console.rollup import run_days_refresh; run_days_refresh()"
-                )
+                stack.shell("from console.rollup import run_days_refresh; run_days_refresh()")
                 refresh = time.perf_counter() - t0
                 ctx.log(f"console: rollup refreshed in {refresh:.1f} s (manage.py shell included)")
                 with stack.admin_connect(BENCH_DB) as conn:

@@ -195,7 +195,7 @@ def _session_cookie() -> tuple[str, str]:
         "s[HASH_SESSION_KEY] = u.get_session_auth_hash(); s.create()\n"
         "print(settings.SESSION_COOKIE_NAME, s.session_key)\n"
     )
-    out = stack.manage("shell", "-c", code).strip().splitlines()[-1].split()
+    out = stack.shell(code).strip().splitlines()[-1].split()
     return out[0], out[1]
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from bench import stack
-from bench.common import BENCH_DB, PG_HOST, PG_PORT, Figure
+from bench.common import APP_ROLE, BENCH_DB, PG_HOST, PG_PORT, Figure
 from bench.context import Ctx
 from bench.pgcount import CountingProxy
 
@@ -273,7 +273,7 @@ def _wire_counts(ctx: Ctx, env: dict[str, str]) -> dict[str, dict[str, int]]:
     proxy = CountingProxy(stack.free_port(), (PG_HOST, PG_PORT))
     wire_env = {
         **env,
-        "DATABASE_URL": f"postgres://root@127.0.0.1:{proxy.port}/{BENCH_DB}"
+        "DATABASE_URL": f"postgres://{APP_ROLE}@127.0.0.1:{proxy.port}/{BENCH_DB}"
         "?sslmode=disable&gssencmode=disable",
     }
     out: dict[str, dict[str, int]] = {}

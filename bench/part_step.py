@@ -10,7 +10,7 @@ from typing import Any
 
 from bench import stack
 from bench.client import JournalDriver
-from bench.common import BENCH_DB, PG_HOST, PG_PORT, Figure, payload_of
+from bench.common import APP_ROLE, BENCH_DB, PG_HOST, PG_PORT, Figure, payload_of
 from bench.context import Ctx
 from bench.pgcount import CountingProxy
 
@@ -316,7 +316,7 @@ def _sql_counts(ctx: Ctx) -> None:
     ctx.log("per-step: counting SQL statements and round trips per call")
     proxy = CountingProxy(stack.free_port(), (PG_HOST, PG_PORT))
     env = stack.project_env(
-        DATABASE_URL=f"postgres://root@127.0.0.1:{proxy.port}/{BENCH_DB}?sslmode=disable&gssencmode=disable"
+        DATABASE_URL=f"postgres://{APP_ROLE}@127.0.0.1:{proxy.port}/{BENCH_DB}?sslmode=disable&gssencmode=disable"
     )
     calls: dict[str, list[tuple[int, int]]] = {}
     texts: dict[str, list[str]] = {}

@@ -13,13 +13,13 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench.common import BENCH_DB, PG_HOST, PG_PORT, PG_USER, ROOT, WORK, pg_url
+from bench.common import APP_ROLE, BENCH_DB, PG_HOST, PG_PORT, PG_USER, ROOT, WORK, pg_url
 from tests import processes  # one source for processes
 from tests.processes import free_port, redis_url, wait_for_http
 
@@ -68,11 +68,42 @@ def admin_connect(db: str = "postgres") -> psycopg.Connection[Any]:
     )
 
 
-def ensure_database(name: str) -> None:
+def ensure_app_role() -> None:
+    """The application role (APP_ROLE), made by the admin when missing; refused when it is a
+    superuser or bypasses row-level security (it would measure a ledger no policy binds)."""
     with admin_connect() as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{name}"')
+        found = conn.execute(
+            "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = %s", (APP_ROLE,)
+        ).fetchone()
+        if found is None:
+            with suppress(psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+                conn.execute(f'CREATE ROLE "{APP_ROLE}" LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEROLE')
+            found = (False, False)
+    if any(found):
+        raise RuntimeError(
+            f"BENCH_APP_ROLE {APP_ROLE!r} is a superuser or has BYPASSRLS: the bench serves the "
+            "ledger as an ordinary role (ALTER ROLE ... NOSUPERUSER NOBYPASSRLS, or name another)"
+        )
+
+
+def ensure_database(name: str) -> None:
+    """The bench database, owned by the application role (its migrations run as that role, so
+    it owns the tables and the forced row-level security binds it). A bench database another
+    role owns (one made before the bench served as an ordinary role) is made again."""
+    ensure_app_role()
+    with admin_connect() as conn:
+        row = conn.execute(
+            "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s", (name,)
+        ).fetchone()
+        if row is not None and row[0] != APP_ROLE:
+            print(
+                f"[bench] {name} is owned by {row[0]}, not {APP_ROLE}: making it again",
+                flush=True,
+            )
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+            row = None
+        if row is None:
+            conn.execute(f'CREATE DATABASE "{name}" OWNER "{APP_ROLE}"')
 
 
 def drop_database(name: str) -> None:
@@ -119,6 +150,19 @@ def manage(*args: str, check: bool = True) -> str:
     if check and proc.returncode != 0:
         raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc.stdout
+
+
+# a shell snippet's scope: the served ledger's role sees no team's row until the transaction names
+# some (teams.scope); the bench's snippets read and refresh every team's, as an operator does
+EVERY_TEAM = (
+    "from teams.scope import every_team_scope, set_current\n"
+    "set_current(every_team_scope('operator command'))\n"
+)
+
+
+def shell(code: str) -> str:
+    """`manage.py shell -c code` in the served tree, every team in scope; its output."""
+    return manage("shell", "-c", EVERY_TEAM + code)
 
 
 def migrate_bench_db() -> None:
@@ -231,13 +275,15 @@ def gunicorn_command(workers: int, threads: int) -> str:
 
 
 def ensure_policy(agent: str, *, max_steps: int, max_recoveries: int) -> None:
-    """A budget policy for a bench agent (room for many recoveries), written with SQL."""
+    """A budget policy for a bench agent (room for many recoveries), written with SQL in
+    `default` (the bench's worker tokens are default's)."""
     with admin_connect(BENCH_DB) as conn:
         conn.execute(
-            "INSERT INTO runs_budgetpolicy (name, agent, is_default, max_steps, max_tokens,"
-            " max_wall_seconds, max_cost_usd, max_recoveries, created_at, updated_at)"
-            " VALUES (%s, %s, false, %s, 1000000000, 86400, NULL, %s, now(), now())"
-            " ON CONFLICT (name) DO UPDATE SET max_steps = EXCLUDED.max_steps,"
+            "INSERT INTO runs_budgetpolicy (team_id, name, agent, is_default, max_steps,"
+            " max_tokens, max_wall_seconds, max_cost_usd, max_recoveries, created_at, updated_at)"
+            " SELECT t.id, %s, %s, false, %s, 1000000000, 86400, NULL, %s, now(), now()"
+            " FROM teams_team t WHERE t.slug = 'default'"
+            " ON CONFLICT (team_id, name) DO UPDATE SET max_steps = EXCLUDED.max_steps,"
             " max_recoveries = EXCLUDED.max_recoveries",
             (f"bench-{agent}", agent, max_steps, max_recoveries),
         )

@@ -3,6 +3,11 @@ worker is evicted (SIGKILL) right after step 12 and recovers from the journal, o
 an `email.send` the ledger cannot see into (it waits in the review queue as "maybe sent"), and one
 stopped by its token budget. Then a summary read back from the database and the mail catcher.
 
+Two teams tell it: `default` (shown as Support) gets the six support tickets, `billing` two
+billing tickets, worked by the same agent with billing's own token: one completes, one is killed
+inside its `email.send` and waits in billing's review queue. Each team's supervisor (support-sup,
+billing-sup) sees only their own team's item.
+
 Told by `manage.py demo_story`, a process of the demo's Procfile, once the web server answers.
 Runs go through the same paths a deployment uses: the Celery task `agents.run_agent` for the ordinary
 ones, and the agent's CLI (`python -m support_agent.support`) as stand-alone worker processes ("pods")
@@ -31,6 +36,9 @@ import config.celery  # noqa: F401 (the Celery app, configured from settings)
 from celery_agents.services import agent_run_start
 from runs.constants import FINAL_STATUSES, LIVE_STATUSES, Effect, EventType, RunStatus, StepState
 from runs.models import Event, Run, Step
+from runs.tokens import celery_agents_token_ensure
+from teams.models import DEFAULT_TEAM_SLUG
+from teams.services import team_for_slug
 from tools.models import OutboundEmail
 from tools.models import Ticket as TicketRow
 
@@ -52,17 +60,22 @@ PASTED_LOG = " ".join(
 )
 
 
+BILLING = "billing"
+
+
 @dataclass(frozen=True)
 class Ticket:
     number: int
-    role: str  # completes | evicted | maybe_sent | budget
+    role: str  # completes | evicted | maybe_sent | budget | billing | billing_maybe_sent
     customer: str
     subject: str
     body: str
+    team: str = DEFAULT_TEAM_SLUG  # the slug of the team whose token works it
 
 
 def story_tickets(round_no: int) -> list[Ticket]:
-    """Six inbound tickets; ids and addresses are per round so a second start tells its own story."""
+    """Six support tickets and two of billing's; ids and addresses are per round so a second
+    start tells its own story."""
 
     def customer(name: str) -> str:
         return f"{name}@example.com" if round_no == 1 else f"{name}+r{round_no}@example.com"
@@ -110,6 +123,22 @@ def story_tickets(round_no: int) -> list[Ticket]:
             "Payments keep failing, full log attached",
             "Every payment fails. Here is the whole log from our side: " + PASTED_LOG,
         ),
+        Ticket(
+            7,
+            "billing",
+            customer("katherine"),
+            "Refund not received",
+            "You confirmed a refund for invoice INV-3310 two weeks ago; it has not arrived.",
+            team=BILLING,
+        ),
+        Ticket(
+            8,
+            "billing_maybe_sent",
+            customer("edsger"),
+            "VAT number missing on my invoice",
+            "Our VAT number NL123456789B01 is missing from invoice INV-3377. Please reissue it.",
+            team=BILLING,
+        ),
     ]
 
 
@@ -144,7 +173,20 @@ class PodResult:
 
 # the story's pods by ticket role, with who enforces each one's email: the evicted pod's goes
 # through the ledger's gateway, the maybe-sent pod sends over plain SMTP the ledger cannot see
-POD_EMAIL_ENFORCED_BY = {"evicted": "ledger", "maybe_sent": "nobody"}
+POD_EMAIL_ENFORCED_BY = {
+    "evicted": "ledger",
+    "maybe_sent": "nobody",
+    "billing": "ledger",
+    "billing_maybe_sent": "nobody",
+}
+
+
+def team_env(ticket: Ticket, env: dict[str, str]) -> dict[str, str]:
+    """A pod's environment: a billing ticket's pod works with billing's own worker token (its
+    run, tickets and emails are billing's); a support ticket's with the demo's token."""
+    if ticket.team == DEFAULT_TEAM_SLUG:
+        return env
+    return {**env, "INTENTLEDGER_TOKEN": celery_agents_token_ensure(team_for_slug(ticket.team))}
 
 
 def story_pod_argv(round_no: int, ticket: Ticket) -> list[str]:
@@ -250,13 +292,31 @@ def play_evicted(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
     )
 
 
+def play_billing(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
+    """Billing's pod that answers its ticket and completes, in billing (`env` has billing's
+    token)."""
+    tid = ticket_id(story.round_no, ticket)
+    argv = story_pod_argv(story.round_no, ticket)
+    result = pod_run(name=f"pod-{tid}-1", argv=argv, env=env, timeout=120)
+    story.pods["billing-1"] = result
+    if result.outcome:
+        story.run_ids[ticket.number] = str(result.outcome.get("run_id"))
+    if (result.outcome or {}).get("status") != "completed":
+        story.problems.append(
+            f"{tid}: billing's pod was to complete its run, but it ended with status "
+            f"{result.returncode} (see {result.log.relative_to(ROOT)})"
+        )
+
+
 def play_maybe_sent(story: Story, ticket: Ticket, env: dict[str, str]) -> None:
     """A pod that sends the email itself over SMTP (enforced_by nobody: the ledger cannot ask
     the mail server whether it went out) and is killed inside the send. Its replacement finds
-    the step's intent without an outcome: unknown, so the run goes to the review queue."""
+    the step's intent without an outcome: unknown, so the run goes to the review queue (its
+    team's: `env` has the ticket's team's token)."""
     argv = story_pod_argv(story.round_no, ticket)
     crash = {"AGENT_CRASH_INSIDE": "email.send"}
-    killed_and_replaced(story, ticket, "maybe-sent", argv, env, crash, "inside email.send")
+    label = "maybe-sent" if ticket.team == DEFAULT_TEAM_SLUG else f"{ticket.team}-maybe-sent"
+    killed_and_replaced(story, ticket, label, argv, env, crash, "inside email.send")
 
 
 def killed_and_replaced(
@@ -357,12 +417,14 @@ def run_facts(run_id: str, customer: str) -> dict[str, Any]:
         e for e in events if e.type == EventType.LEASE_ACQUIRED and e.payload.get("recovery")
     ]
     unknown = list(Step.objects.filter(run=run, state=StepState.UNKNOWN).values("index", "name"))
+    team = run.team.slug
     usage = Step.objects.filter(run=run).aggregate(
         i=Sum("usage_input_tokens"), o=Sum("usage_output_tokens")
     )
     budget_event = next((e for e in reversed(events) if e.type == EventType.BUDGET_EXCEEDED), None)
     return {
         "run_id": run_id,
+        "team": team,
         "customer": customer,
         "status": run.status,
         "steps": run.step_count,
@@ -443,10 +505,14 @@ def print_summary(summary: dict[str, Any]) -> None:
     runs = summary["runs"]
     url = summary["url"]
     out()
-    out(f"The story (round {summary['round']}): {len(runs)} support-agent runs")
+    teams = sorted({facts["team"] for facts in runs.values()})
+    out(
+        f"The story (round {summary['round']}): {len(runs)} support-agent runs in "
+        f"{len(teams)} teams ({', '.join(teams)})"
+    )
     for key, facts in runs.items():
         tokens = f"{facts['tokens']:,}/{facts['token_limit']:,} tokens"
-        line = f"  {facts['ticket']}  {facts['customer']:<26} {facts['status']:<16} {facts['steps']:>2} steps  {tokens}"
+        line = f"  {facts['ticket']}  {facts['team']:<8} {facts['customer']:<26} {facts['status']:<16} {facts['steps']:>2} steps  {tokens}"
         out(line)
         if key == "evicted":
             out(
@@ -455,7 +521,7 @@ def print_summary(summary: dict[str, Any]) -> None:
                 f"{plural(facts['tickets'], 'ticket')}, {plural(facts['emails'], 'email')} sent "
                 f"({facts['mail_received']} received by the mail catcher)"
             )
-        elif key == "maybe_sent":
+        elif key in ("maybe_sent", "billing_maybe_sent"):
             steps = ", ".join(f"step {s['index']} {s['name']}" for s in facts["unknown_steps"])
             out(
                 f"      killed inside email.send (enforced_by nobody): {steps or 'no step'} is "
@@ -504,7 +570,10 @@ def print_summary(summary: dict[str, Any]) -> None:
             "mark it sent (or retry, or abandon) with a note; the run's pod is restarted by its "
             "deployment (this story's process) and finishes the run."
         )
-    out(f"Review queue: {summary['review_queue']}  (log in as supervisor)")
+    out(
+        f"Review queue: {summary['review_queue']}  (log in as supervisor or support-sup: "
+        "support's queue; billing-sup: billing's)"
+    )
     out()
 
 
@@ -531,7 +600,11 @@ def print_told(round_no: int, url: str) -> None:
     ).order_by("external_id", "created_at")
     for external_id, status in runs.values_list("external_id", "status"):
         print(f"  {(external_id or '').removeprefix('ticket:')}  {status}", flush=True)
-    print(f"Review queue: {url}/queue/  (log in as supervisor)", flush=True)
+    print(
+        f"Review queue: {url}/queue/  (log in as supervisor or support-sup: support's queue; "
+        "billing-sup: billing's)",
+        flush=True,
+    )
 
 
 def told_story(round_no: int, url: str) -> Story:
@@ -546,7 +619,7 @@ def told_story(round_no: int, url: str) -> Story:
         run = Run.objects.filter(agent="support", external_id=f"ticket:{tid}").first()
         if run is None or run.status in FINAL_STATUSES:
             continue
-        story.deployed[str(run.pk)] = (tid, story_pod_argv(round_no, ticket), env)
+        story.deployed[str(run.pk)] = (tid, story_pod_argv(round_no, ticket), team_env(ticket, env))
     return story
 
 
@@ -570,8 +643,9 @@ def run_story(
     tickets = story_tickets(story.round_no)
     by_role = {t.role: t for t in tickets}
     print(
-        f"==> the story (round {story.round_no}): 4 tickets to the Celery worker, "
-        "2 to agent worker processes that get killed",
+        f"==> the story (round {story.round_no}): 4 support tickets to the Celery worker, "
+        "2 to agent worker processes that get killed; 2 billing tickets to billing's worker "
+        "processes, one of which gets killed",
         flush=True,
     )
     celery_tickets = [t for t in tickets if t.role in ("completes", "budget")]
@@ -583,10 +657,16 @@ def run_story(
         "inside email.send, then replaced",
         flush=True,
     )
-    with ThreadPoolExecutor(max_workers=2) as pool:  # two pods at once, as on a cluster
+    billing_maybe_sent = by_role["billing_maybe_sent"]
+    # (each pod's environment, its team's token, read here: the pool's threads read nothing)
+    with ThreadPoolExecutor(max_workers=3) as pool:  # pods at once, as on a cluster
         plays = [
             pool.submit(play_evicted, story, by_role["evicted"], env),
             pool.submit(play_maybe_sent, story, by_role["maybe_sent"], env),
+            pool.submit(
+                play_maybe_sent, story, billing_maybe_sent, team_env(billing_maybe_sent, env)
+            ),
+            pool.submit(play_billing, story, by_role["billing"], team_env(by_role["billing"], env)),
         ]
         for play in plays:
             play.result()

@@ -182,3 +182,23 @@ def team_queue_settings_set(
                 team=locked.pk,
             )
     return locked
+
+
+@transaction.atomic
+def team_rename(team: Team, name: str, *, actor: Any = "system") -> Team:
+    """`team` shown as `name` (its slug, which tokens and commands name, stays); audited in the
+    team. Renaming it to the name it has changes nothing and writes no entry."""
+    if team.name == name:
+        return team
+    before, team.name = team.name, name
+    team.full_clean()
+    team.save(update_fields=["name"])
+    with team_scope(team.pk):
+        audit_record(
+            actor=actor,
+            action="team.rename",
+            target=f"team:{team.slug}",
+            details={"slug": team.slug, "name": name, "before": before},
+            team=team.pk,
+        )
+    return team

@@ -85,5 +85,8 @@ def test_an_auditor_builds_a_pack_sees_its_progress_and_downloads_it(
 
     report = verify_pack(str(path), [load_public_key(PUBLIC_KEY)])
     assert report.ok, report.problems
-    assert report.runs == 1200 and report.manifest["filters"] == {"agents": ["support"]}
+    assert report.runs == 1200 and report.manifest["filters"] == {
+        "agents": ["support"],
+        "team": "default",
+    }
     assert path.read_bytes() == job.path.read_bytes()

@@ -414,7 +414,7 @@ def test_the_command_writes_a_pack_of_one_agent(db: Any, tmp_path: Path) -> None
     assert "2 runs" in out.getvalue()
     report = verify_pack(str(path))
     assert report.ok and report.runs == 2
-    assert report.manifest["filters"] == {"agents": ["alpha"]}
+    assert report.manifest["filters"] == {"agents": ["alpha"], "team": "default"}
     with zipfile.ZipFile(path) as z:
         agents = {json.loads(x)["run"]["agent"] for x in z.read("runs.jsonl").splitlines()[1:-1]}
     assert agents == {"alpha"}

@@ -22,7 +22,6 @@ import httpx
 import psycopg
 import pytest
 
-from teams.scope import EVERY_TEAM_SESSION_OPTIONS
 from tests.demo.test_demo import (
     SUMMARY_TIMEOUT,
     Output,
@@ -60,11 +59,19 @@ def resolve(
     return answer.text
 
 
+def every_team(database_url: str) -> psycopg.Connection[Any]:
+    """A connection to the demo's database (as its ordinary role, bound by row-level security)
+    whose transaction sees every team's rows, as an operator's command does (teams.scope)."""
+    conn = psycopg.connect(database_url)
+    conn.execute("SELECT set_config('ledger.teams', '*', true)")
+    return conn
+
+
 def finished(database_url: str, run_id: str, clone: Path) -> str:
     deadline = time.monotonic() + RUN_FINISH_TIMEOUT
     status = ""
     while time.monotonic() < deadline:
-        with psycopg.connect(database_url, options=EVERY_TEAM_SESSION_OPTIONS) as conn:
+        with every_team(database_url) as conn:
             row = conn.execute("SELECT status FROM runs_run WHERE id = %s", [run_id]).fetchone()
         assert row is not None
         status = str(row[0])
@@ -75,7 +82,7 @@ def finished(database_url: str, run_id: str, clone: Path) -> str:
 
 
 def facts(database_url: str, customer: str, clone: Path) -> dict[str, Any]:
-    with psycopg.connect(database_url, options=EVERY_TEAM_SESSION_OPTIONS) as conn:
+    with every_team(database_url) as conn:
         tickets = conn.execute(
             "SELECT status FROM tools_ticket WHERE customer = %s", [customer]
         ).fetchall()
@@ -84,15 +91,23 @@ def facts(database_url: str, customer: str, clone: Path) -> dict[str, Any]:
     return {"tickets": [t[0] for t in tickets], "mails": len(mails)}
 
 
-def the_maybe_sent_item(out: Output, clone: Path) -> dict[str, Any]:
+def the_maybe_sent_item(out: Output, clone: Path, key: str = "maybe_sent") -> dict[str, Any]:
     out.wait_for(r"^Review queue: ", SUMMARY_TIMEOUT)
     assert "PROBLEM" not in out.text, out.text
     summary: dict[str, Any] = json.loads((clone / ".demo" / "summary.json").read_text())
-    maybe_sent = summary["runs"]["maybe_sent"]
+    maybe_sent = summary["runs"][key]
     assert maybe_sent["status"] == "needs_review"
     [unknown] = maybe_sent["unknown_steps"]
     assert unknown["name"] == "email.send"
     return {**maybe_sent, "index": unknown["index"]}
+
+
+def queue_of(url: str, username: str, password: str) -> str:
+    with httpx.Client(timeout=30) as client:
+        log_in(client, url, username, password)
+        queue = client.get(f"{url}/queue/")
+    assert queue.status_code == 200, queue.text[:500]
+    return queue.text
 
 
 def said_who_resumes(page: str, ticket: str) -> None:
@@ -120,6 +135,22 @@ def test_resolving_the_demos_maybe_sent_email_lets_its_run_finish(clean_clone: P
         password = out.wait_for(r"^\s+supervisor\s+(\S+)\s+\(supervisors\)$", 1).group(1)
         database_url = out.wait_for(r"^\s+(postgres://\S+)$", 1).group(1)
         assert facts(database_url, item["customer"], clean_clone)["mails"] == 1
+
+        # two teams, a supervisor of each: each sees their own team's maybe-sent item only
+        billing = the_maybe_sent_item(out, clean_clone, "billing_maybe_sent")
+        assert (item["team"], billing["team"]) == ("default", "billing")
+        support_link = f"/queue/{item['run_id']}/{item['index']}/"
+        billing_link = f"/queue/{billing['run_id']}/{billing['index']}/"
+        support_sup = out.wait_for(r"^\s+support-sup\s+(\S+)\s+\(supervisors\)$", 1).group(1)
+        billing_sup = out.wait_for(
+            r"^\s+billing-sup\s+(\S+)\s+\(supervisor in billing\)$", 1
+        ).group(1)
+        support_queue = queue_of(url, "support-sup", support_sup)
+        assert support_link in support_queue and billing_link not in support_queue
+        assert billing["run_id"] not in support_queue and billing["customer"] not in support_queue
+        billing_queue = queue_of(url, "billing-sup", billing_sup)
+        assert billing_link in billing_queue and support_link not in billing_queue
+        assert item["run_id"] not in billing_queue and item["customer"] not in billing_queue
         with httpx.Client(timeout=30) as client:
             log_in(client, url, "supervisor", password)
             page = resolve(client, url, item["run_id"], item["index"], "sent")

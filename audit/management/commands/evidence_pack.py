@@ -15,7 +15,8 @@ from teams.scope import command_scope
 
 class Command(BaseCommand):
     help = (
-        "Write an evidence pack: one signed ZIP with the runs created in a period (their "
+        "Write one team's evidence pack: one signed ZIP with the team's runs created in a "
+        "period (their "
         "journals, hash chains and signed checkpoints), every person's decision on a step, the "
         "people and their roles, budget policies and approval rules with their changes, legal "
         "holds, purges, retention, incidents and a README mapping the EU AI Act's record-keeping "
@@ -28,6 +29,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--agent", action="append", default=[], help="only this agent's runs (repeatable)"
         )
+        parser.add_argument(
+            "--team",
+            help="the team whose pack this is (a pack is one team's: its runs, decisions, people, "
+            "policies, rules and incidents only); may be left out while there is one team",
+        )
         parser.add_argument("--output", "-o", required=True, help="the .zip file to write")
 
     @command_scope("operator command")
@@ -37,6 +43,7 @@ class Command(BaseCommand):
                 period_from=options["period_from"],
                 period_to=options["period_to"],
                 agents=options["agent"],
+                team=options["team"],
             )
         except ApplicationError as exc:
             problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.details.items())
@@ -68,7 +75,7 @@ class Command(BaseCommand):
         if show:
             sys.stderr.write("\n")
         self.stdout.write(
-            f"evidence pack {path}: {summary.runs} runs, {summary.decisions} decisions, "
+            f"evidence pack {path} of team {scope.team_slug}: {summary.runs} runs, {summary.decisions} decisions, "
             f"{summary.incidents} incidents, {path.stat().st_size} bytes, "
             f"{time.monotonic() - started:.1f} s"
         )
