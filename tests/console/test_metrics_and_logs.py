@@ -22,6 +22,7 @@ from tests.review.factories import killed_support_run
 pytestmark = pytest.mark.django_db
 
 TOKEN = "scrape-me-9f2c"
+DEFAULT = ("team", "default")
 
 
 @pytest.fixture
@@ -50,29 +51,31 @@ def test_a_scrape_parsed_with_prometheus_client_matches_the_database(metrics_tok
 
     samples = scrape()
 
+    # one team: every series is the default team's
     for status in RunStatus.values:
         assert (
-            samples["intentledger_runs"][(("status", status),)]
+            samples["intentledger_runs"][(("status", status), DEFAULT)]
             == Run.objects.filter(status=status).count()
         )
-    assert samples["intentledger_runs"][(("status", "cancelled"),)] == 1
+    assert samples["intentledger_runs"][(("status", "cancelled"), DEFAULT)] == 1
     for agent in ("support", "triage", "mailer"):
         runs = Run.objects.filter(agent=agent)
         totals = runs.aggregate(steps=Sum("step_count"), tokens=Sum("used_tokens"))
-        assert samples["intentledger_steps_total"][(("agent", agent),)] == totals["steps"]
-        assert samples["intentledger_tokens_total"][(("agent", agent),)] == totals["tokens"]
-        assert samples["intentledger_recoveries_total"][(("agent", agent),)] == sum(
+        assert samples["intentledger_steps_total"][(("agent", agent), DEFAULT)] == totals["steps"]
+        assert samples["intentledger_tokens_total"][(("agent", agent), DEFAULT)] == totals["tokens"]
+        assert samples["intentledger_recoveries_total"][(("agent", agent), DEFAULT)] == sum(
             runs.values_list("used_recoveries", flat=True)
         )
-    assert samples["intentledger_steps_total"][(("agent", "support"),)] == 20
-    assert samples["intentledger_recoveries_total"][(("agent", "support"),)] == 1
-    assert samples["intentledger_duplicates_prevented_total"][(("kind", "replayed_steps"),)] == 13
-    assert samples["intentledger_duplicates_prevented_total"][(("kind", "reconciled"),)] == 0
+    assert samples["intentledger_steps_total"][(("agent", "support"), DEFAULT)] == 20
+    assert samples["intentledger_recoveries_total"][(("agent", "support"), DEFAULT)] == 1
+    duplicates = samples["intentledger_duplicates_prevented_total"]
+    assert duplicates[(("kind", "replayed_steps"), DEFAULT)] == 13
+    assert duplicates[(("kind", "reconciled"), DEFAULT)] == 0
     expiries = Event.objects.filter(type="lease_expired").count()
-    assert samples["intentledger_lease_expiries_total"][()] == expiries == 1
-    assert samples["intentledger_review_queue_depth"][()] == 1
+    assert samples["intentledger_lease_expiries_total"][(DEFAULT,)] == expiries == 1
+    assert samples["intentledger_review_queue_depth"][(DEFAULT,)] == 1
     assert Step.objects.filter(state=StepState.UNKNOWN).count() == 1
-    assert samples["intentledger_review_queue_oldest_age_seconds"][()] >= 0
+    assert samples["intentledger_review_queue_oldest_age_seconds"][(DEFAULT,)] >= 0
     assert samples["intentledger_chain_alerts_open"][()] == 0
 
 
@@ -104,7 +107,8 @@ def test_a_worker_token_inventing_agent_names_cannot_grow_the_series_without_bou
         assert len(agents) <= 5 + 1  # the cap, and "other"
         assert {"billing", "made-up-7", "other"} <= agents
     steps = samples["intentledger_steps_total"]
-    assert steps[(("agent", "billing"),)] == 1 and steps[(("agent", "made-up-7"),)] == 4
+    assert steps[(("agent", "billing"), DEFAULT)] == 1
+    assert steps[(("agent", "made-up-7"), DEFAULT)] == 4
     assert sum(steps.values()) == Run.objects.aggregate(n=Sum("step_count"))["n"]  # none lost
 
 
