@@ -460,3 +460,6 @@ METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # (a budget policy, a scoped token, an approval rule), then to the busiest up to this many, and
 # sums the rest as agent="other", so a token inventing names cannot grow the series without bound.
 METRICS_AGENT_LABELS_MAX = env_int("METRICS_AGENT_LABELS_MAX", 50)
+# /metrics labels its per-team figures with the team's slug for the busiest this many teams (most
+# runs) and sums the rest as team="other": a family has at most (this + 1) x (agents + 1) series.
+METRICS_TEAM_LABELS_MAX = env_int("METRICS_TEAM_LABELS_MAX", 20)

@@ -5,13 +5,17 @@ runs.observe) lives in each process; under gunicorn set `PROMETHEUS_MULTIPROC_DI
 workers' samples are merged (prometheus_client's multiprocess mode). Everything else is read from
 the database at scrape time by `LedgerCollector`, so any web process answers the same numbers:
 
-- `intentledger_runs{status}`: runs per status (gauge);
+- `intentledger_runs{team, status}`: runs per team and status (gauge);
 - `intentledger_steps_total`, `intentledger_tokens_total`, `intentledger_recoveries_total`,
-  `intentledger_cost_usd_total` by agent (agents an admin named, then the busiest up to
+  `intentledger_cost_usd_total` by team and agent (agents an admin named, then the busiest up to
   METRICS_AGENT_LABELS_MAX labels; the rest summed as `agent="other"`);
-- `intentledger_duplicates_prevented_total{kind}`: steps replayed from the journal by recoveries,
-  and keys reconciled from the tool side; `intentledger_lease_expiries_total`;
-- `intentledger_review_queue_depth` and `intentledger_review_queue_oldest_age_seconds`;
+- `intentledger_duplicates_prevented_total{team, kind}`: steps replayed from the journal by
+  recoveries, and keys reconciled from the tool side; `intentledger_lease_expiries_total{team}`;
+- `intentledger_review_queue_depth{team}` and `intentledger_review_queue_oldest_age_seconds{team}`;
+
+`team` is the team's slug for the busiest METRICS_TEAM_LABELS_MAX teams (most runs), the rest
+summed as `team="other"` (a one-team install shows `team="default"`), so each family has at most
+(METRICS_TEAM_LABELS_MAX + 1) x (METRICS_AGENT_LABELS_MAX + 1) series, one grouped statement each.
 - `intentledger_chain_alerts_open`: chains the checkpoint job found broken and nobody acknowledged;
 - `intentledger_incidents_open` and `intentledger_incident_report_due_hours{incident, severity}`:
   serious incidents not yet reported and the hours left to each one's deadline (audit.incidents).
@@ -45,44 +49,94 @@ from teams.scope import every_team
 from traces.metrics import trace_export_metrics
 
 OTHER_AGENTS = "other"
+OTHER_TEAMS = "other"
 
 
 def metrics_agent_labels_max() -> int:
     return int(getattr(settings, "METRICS_AGENT_LABELS_MAX", 50))
 
 
-def agent_series(by_agent: list[tuple[Any, ...]]) -> list[tuple[str, int, int, int, float]]:
-    """The per-agent rows as label values a worker token cannot multiply: an agent an admin
-    named (its own budget policy, a token scoped to it, an approval rule) keeps its label; the
-    others, most steps first, fill up to METRICS_AGENT_LABELS_MAX labels; the rest are summed
-    under `other`. Agent names are the workers' choice: without this, a token inventing names
-    made a series per name in each metric."""
+def metrics_team_labels_max() -> int:
+    return int(getattr(settings, "METRICS_TEAM_LABELS_MAX", 20))
+
+
+def team_labels(runs_by_team: dict[int, int]) -> dict[int, str]:
+    """Each team's `team` label value: its slug for the busiest METRICS_TEAM_LABELS_MAX teams
+    (most runs first, then by slug), `other` for the rest. Every team is listed, so a team with
+    no run yet shows zeros while there is room; a one-team install shows `team="default"`."""
+    from teams.models import Team
+
+    teams = sorted(
+        Team.objects.values_list("pk", "slug"),
+        key=lambda team: (-runs_by_team.get(team[0], 0), team[1]),
+    )
+    room = max(metrics_team_labels_max(), 0)
+    labels = {pk: slug if n < room else OTHER_TEAMS for n, (pk, slug) in enumerate(teams)}
+    for pk in runs_by_team:  # a team made during the scrape: folded, never lost
+        labels.setdefault(pk, OTHER_TEAMS)
+    return labels
+
+
+AgentRow = tuple[str, str, int, int, int, float]  # team, agent, steps, tokens, recoveries, usd
+
+
+def agent_series(by_team_agent: list[tuple[Any, ...]], teams: dict[int, str]) -> list[AgentRow]:
+    """The per-team, per-agent rows as label values a worker token cannot multiply: an agent an
+    admin named (its own budget policy, a token scoped to it, an approval rule) keeps its label;
+    the others, most steps first (over every team), fill up to METRICS_AGENT_LABELS_MAX labels;
+    the rest are summed under `other`. Agent names are the workers' choice: without this, a token
+    inventing names made a series per name in each metric. Teams are folded first (`teams`, from
+    team_labels), so a family has at most (METRICS_TEAM_LABELS_MAX + 1) x (agent labels + 1)
+    series."""
     from runs.models import ApprovalRule, BudgetPolicy, WorkerToken
 
     named = set(BudgetPolicy.objects.exclude(agent=None).values_list("agent", flat=True))
     named |= set(ApprovalRule.objects.exclude(agent="").values_list("agent", flat=True))
     for agents in WorkerToken.objects.exclude(agents=[]).values_list("agents", flat=True):
         named |= set(agents or [])
-    rows = [
-        (str(agent), int(s or 0), int(t or 0), int(r or 0), float(usd or 0))
-        for agent, s, t, r, usd in by_agent
-    ]
-    room = max(metrics_agent_labels_max() - len(named & {row[0] for row in rows}), 0)
-    unnamed = sorted((row for row in rows if row[0] not in named), key=lambda row: -row[1])
-    kept = {row[0] for row in rows if row[0] in named} | {row[0] for row in unnamed[:room]}
-    series = [row for row in rows if row[0] in kept and row[0] != OTHER_AGENTS]
-    folded = [row for row in rows if row[0] not in kept or row[0] == OTHER_AGENTS]
-    if folded:
-        series.append(
-            (
-                OTHER_AGENTS,
-                sum(row[1] for row in folded),
-                sum(row[2] for row in folded),
-                sum(row[3] for row in folded),
-                sum(row[4] for row in folded),
-            )
+    rows: list[AgentRow] = [
+        (
+            teams.get(team_id, OTHER_TEAMS),
+            str(agent),
+            int(s or 0),
+            int(t or 0),
+            int(r or 0),
+            float(usd or 0),
         )
-    return series
+        for team_id, agent, s, t, r, usd in by_team_agent
+    ]
+    steps_by_agent: dict[str, int] = {}
+    for row in rows:
+        steps_by_agent[row[1]] = steps_by_agent.get(row[1], 0) + row[2]
+    room = max(metrics_agent_labels_max() - len(named & set(steps_by_agent)), 0)
+    unnamed = sorted(
+        (agent for agent in steps_by_agent if agent not in named),
+        key=lambda agent: (-steps_by_agent[agent], agent),
+    )
+    kept = (named & set(steps_by_agent)) | set(unnamed[:room])
+    kept.discard(OTHER_AGENTS)
+    series: dict[tuple[str, str], AgentRow] = {}
+    for team, agent, n_steps, n_tokens, n_recoveries, usd in rows:
+        key = (team, agent if agent in kept else OTHER_AGENTS)
+        _, _, s0, t0, r0, usd0 = series.get(key, (*key, 0, 0, 0, 0.0))
+        series[key] = (*key, s0 + n_steps, t0 + n_tokens, r0 + n_recoveries, usd0 + usd)
+    order = sorted(series, key=lambda k: (k[0] == OTHER_TEAMS, k[0], k[1] == OTHER_AGENTS, k[1]))
+    return [series[key] for key in order]
+
+
+def _by_team(rows: list[tuple[Any, ...]], teams: dict[int, str]) -> dict[str, list[Any]]:
+    """(team_id, figures...) rows summed under each team's label."""
+    labelled: dict[str, list[Any]] = {}
+    for team_id, *figures in rows:
+        totals = labelled.setdefault(teams.get(team_id, OTHER_TEAMS), [0] * len(figures))
+        for n, figure in enumerate(figures):
+            totals[n] += figure or 0
+    return labelled
+
+
+def _labels_in_order(teams: dict[int, str]) -> list[str]:
+    """The team label values, `other` last."""
+    return sorted(set(teams.values()), key=lambda label: (label == OTHER_TEAMS, label))
 
 
 class LedgerCollector(Collector):
@@ -92,83 +146,141 @@ class LedgerCollector(Collector):
         return iter(())  # registering must not query the database (collect() would)
 
     def collect(self) -> Iterator[Metric]:
+        from django.db.models import Count, Min
+
         from audit.models import ChainAlert
-        from review.selectors import DESK_STATES, waiting_count
+        from review.selectors import DESK_STATES, review_runs_without_unknown
         from runs.constants import RunStatus
         from runs.models import Step
 
         with connection.cursor() as cursor:
-            cursor.execute("SELECT status, count(*) FROM runs_run GROUP BY status")
-            by_status = dict(cursor.fetchall())
             cursor.execute(
-                "SELECT agent, sum(step_count), sum(used_tokens), sum(used_recoveries), "
-                "sum(used_cost_usd) FROM runs_run GROUP BY agent ORDER BY agent"
+                "SELECT team_id, status, count(*) FROM runs_run GROUP BY team_id, status"
             )
-            by_agent = cursor.fetchall()
+            by_team_status = cursor.fetchall()
             cursor.execute(
-                "SELECT count(*) FILTER (WHERE type = 'reconciled'), "
+                "SELECT team_id, agent, sum(step_count), sum(used_tokens), sum(used_recoveries), "
+                "sum(used_cost_usd) FROM runs_run GROUP BY team_id, agent"
+            )
+            by_team_agent = cursor.fetchall()
+            cursor.execute(
+                "SELECT team_id, count(*) FILTER (WHERE type = 'reconciled'), "
                 "coalesce(sum((payload->>'replayable_steps')::bigint) FILTER ("
                 "WHERE type = 'lease_acquired'), 0), "
                 "count(*) FILTER (WHERE type = 'lease_expired') "
                 # the predicate of event_recovery_at_idx (runs 0001)
                 "FROM runs_event WHERE type = 'reconciled' OR type = 'lease_expired' "
-                "OR (type = 'lease_acquired' AND (payload->>'recovery') = 'true')"
+                "OR (type = 'lease_acquired' AND (payload->>'recovery') = 'true') "
+                "GROUP BY team_id"
             )
-            reconciled, replayed, expiries = cursor.fetchone() or (0, 0, 0)
+            by_team_events = cursor.fetchall()
 
-        runs = GaugeMetricFamily("intentledger_runs", "Runs by status.", labels=["status"])
-        for status in RunStatus.values:
-            runs.add_metric([status], int(by_status.get(status, 0)))
+        runs_by_team: dict[int, int] = {}
+        for team_id, _, n in by_team_status:
+            runs_by_team[team_id] = runs_by_team.get(team_id, 0) + int(n)
+        teams = team_labels(runs_by_team)
+        labels = _labels_in_order(teams)
+
+        by_status: dict[tuple[str, str], int] = {}
+        for team_id, status, n in by_team_status:
+            key = (teams.get(team_id, OTHER_TEAMS), status)
+            by_status[key] = by_status.get(key, 0) + int(n)
+        runs = GaugeMetricFamily(
+            "intentledger_runs", "Runs by team and status.", labels=["team", "status"]
+        )
+        for team in labels:
+            for status in RunStatus.values:
+                runs.add_metric([team, status], by_status.get((team, status), 0))
         yield runs
         steps = CounterMetricFamily(
-            "intentledger_steps", "Steps journalled, by agent.", labels=["agent"]
+            "intentledger_steps", "Steps journalled, by team and agent.", labels=["team", "agent"]
         )
         tokens = CounterMetricFamily(
-            "intentledger_tokens", "Tokens spent (input + output), by agent.", labels=["agent"]
+            "intentledger_tokens",
+            "Tokens spent (input + output), by team and agent.",
+            labels=["team", "agent"],
         )
         recoveries = CounterMetricFamily(
             "intentledger_recoveries",
-            "Recoveries (leases after a lost one), by agent.",
-            labels=["agent"],
+            "Recoveries (leases after a lost one), by team and agent.",
+            labels=["team", "agent"],
         )
         cost = CounterMetricFamily(
-            "intentledger_cost_usd", "Cost in US dollars, by agent.", labels=["agent"]
+            "intentledger_cost_usd",
+            "Cost in US dollars, by team and agent.",
+            labels=["team", "agent"],
         )
-        for agent, n_steps, n_tokens, n_recoveries, usd in agent_series(by_agent):
-            steps.add_metric([agent], n_steps)
-            tokens.add_metric([agent], n_tokens)
-            recoveries.add_metric([agent], n_recoveries)
-            cost.add_metric([agent], usd)
+        for team, agent, n_steps, n_tokens, n_recoveries, usd in agent_series(by_team_agent, teams):
+            steps.add_metric([team, agent], n_steps)
+            tokens.add_metric([team, agent], n_tokens)
+            recoveries.add_metric([team, agent], n_recoveries)
+            cost.add_metric([team, agent], usd)
         yield from (steps, tokens, recoveries, cost)
+
+        events = _by_team(by_team_events, teams)
         duplicates = CounterMetricFamily(
             "intentledger_duplicates_prevented",
-            "Work not done twice: steps replayed from the journal, keys reconciled from the tool side.",
-            labels=["kind"],
+            "Work not done twice: steps replayed from the journal, keys reconciled from the tool "
+            "side, by team.",
+            labels=["team", "kind"],
         )
-        duplicates.add_metric(["replayed_steps"], int(replayed))
-        duplicates.add_metric([EventType.RECONCILED], int(reconciled))
-        yield duplicates
-        yield CounterMetricFamily(
-            "intentledger_lease_expiries", "Leases the reaper found expired.", value=int(expiries)
+        expiries = CounterMetricFamily(
+            "intentledger_lease_expiries",
+            "Leases the reaper found expired, by team.",
+            labels=["team"],
         )
-        yield GaugeMetricFamily(
+        for team in labels:
+            reconciled, replayed, expired = events.get(team, (0, 0, 0))
+            duplicates.add_metric([team, "replayed_steps"], int(replayed))
+            duplicates.add_metric([team, EventType.RECONCILED], int(reconciled))
+            expiries.add_metric([team], int(expired))
+        yield from (duplicates, expiries)
+
+        # the desk: waiting steps (with the oldest's age) and crash-looped runs, by team
+        waiting = _by_team(
+            list(
+                Step.objects.filter(state__in=DESK_STATES)
+                .order_by()
+                .values("team_id")
+                .annotate(n=Count("pk"))
+                .values_list("team_id", "n")
+            )
+            + list(
+                review_runs_without_unknown()
+                .order_by()
+                .values("team_id")
+                .annotate(n=Count("pk"))
+                .values_list("team_id", "n")
+            ),
+            teams,
+        )
+        oldest: dict[str, Any] = {}
+        for team_id, at in (
+            Step.objects.filter(state__in=DESK_STATES)
+            .order_by()
+            .values("team_id")
+            .annotate(at=Min("intent_at"))
+            .values_list("team_id", "at")
+        ):
+            label = teams.get(team_id, OTHER_TEAMS)
+            oldest[label] = min(at, oldest.get(label, at))
+        depth = GaugeMetricFamily(
             "intentledger_review_queue_depth",
             "Items waiting for a supervisor (unknown steps, steps awaiting approval and "
-            "crash-looped runs).",
-            value=waiting_count(),
+            "crash-looped runs), by team.",
+            labels=["team"],
         )
-        oldest = (
-            Step.objects.filter(state__in=DESK_STATES)
-            .order_by("intent_at")
-            .values_list("intent_at", flat=True)
-            .first()
-        )
-        yield GaugeMetricFamily(
+        age = GaugeMetricFamily(
             "intentledger_review_queue_oldest_age_seconds",
             "Age of the oldest step waiting for a supervisor, unknown or awaiting approval "
-            "(0 when the queue is empty).",
-            value=(clock.now() - oldest).total_seconds() if oldest else 0.0,
+            "(0 when the team's queue is empty), by team.",
+            labels=["team"],
         )
+        now = clock.now()
+        for team in labels:
+            depth.add_metric([team], int(waiting.get(team, [0])[0]))
+            age.add_metric([team], (now - oldest[team]).total_seconds() if team in oldest else 0.0)
+        yield from (depth, age)
         yield GaugeMetricFamily(
             "intentledger_chain_alerts_open",
             "Chain verification failures found by the checkpoint job and not acknowledged.",

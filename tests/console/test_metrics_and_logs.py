@@ -16,12 +16,15 @@ from runs.constants import RunStatus, StepState
 from runs.models import BudgetPolicy, Event, Run, Step
 from runs.services.actions import run_cancel
 from runs.tokens import worker_token_create
+from teams.scope import team_scope
+from teams.services import team_create
 from tests.console.factories import evicted_at_step_12, journalled_run
 from tests.review.factories import killed_support_run
 
 pytestmark = pytest.mark.django_db
 
 TOKEN = "scrape-me-9f2c"
+DEFAULT = ("team", "default")
 
 
 @pytest.fixture
@@ -50,29 +53,31 @@ def test_a_scrape_parsed_with_prometheus_client_matches_the_database(metrics_tok
 
     samples = scrape()
 
+    # one team: every series is the default team's
     for status in RunStatus.values:
         assert (
-            samples["intentledger_runs"][(("status", status),)]
+            samples["intentledger_runs"][(("status", status), DEFAULT)]
             == Run.objects.filter(status=status).count()
         )
-    assert samples["intentledger_runs"][(("status", "cancelled"),)] == 1
+    assert samples["intentledger_runs"][(("status", "cancelled"), DEFAULT)] == 1
     for agent in ("support", "triage", "mailer"):
         runs = Run.objects.filter(agent=agent)
         totals = runs.aggregate(steps=Sum("step_count"), tokens=Sum("used_tokens"))
-        assert samples["intentledger_steps_total"][(("agent", agent),)] == totals["steps"]
-        assert samples["intentledger_tokens_total"][(("agent", agent),)] == totals["tokens"]
-        assert samples["intentledger_recoveries_total"][(("agent", agent),)] == sum(
+        assert samples["intentledger_steps_total"][(("agent", agent), DEFAULT)] == totals["steps"]
+        assert samples["intentledger_tokens_total"][(("agent", agent), DEFAULT)] == totals["tokens"]
+        assert samples["intentledger_recoveries_total"][(("agent", agent), DEFAULT)] == sum(
             runs.values_list("used_recoveries", flat=True)
         )
-    assert samples["intentledger_steps_total"][(("agent", "support"),)] == 20
-    assert samples["intentledger_recoveries_total"][(("agent", "support"),)] == 1
-    assert samples["intentledger_duplicates_prevented_total"][(("kind", "replayed_steps"),)] == 13
-    assert samples["intentledger_duplicates_prevented_total"][(("kind", "reconciled"),)] == 0
+    assert samples["intentledger_steps_total"][(("agent", "support"), DEFAULT)] == 20
+    assert samples["intentledger_recoveries_total"][(("agent", "support"), DEFAULT)] == 1
+    duplicates = samples["intentledger_duplicates_prevented_total"]
+    assert duplicates[(("kind", "replayed_steps"), DEFAULT)] == 13
+    assert duplicates[(("kind", "reconciled"), DEFAULT)] == 0
     expiries = Event.objects.filter(type="lease_expired").count()
-    assert samples["intentledger_lease_expiries_total"][()] == expiries == 1
-    assert samples["intentledger_review_queue_depth"][()] == 1
+    assert samples["intentledger_lease_expiries_total"][(DEFAULT,)] == expiries == 1
+    assert samples["intentledger_review_queue_depth"][(DEFAULT,)] == 1
     assert Step.objects.filter(state=StepState.UNKNOWN).count() == 1
-    assert samples["intentledger_review_queue_oldest_age_seconds"][()] >= 0
+    assert samples["intentledger_review_queue_oldest_age_seconds"][(DEFAULT,)] >= 0
     assert samples["intentledger_chain_alerts_open"][()] == 0
 
 
@@ -104,8 +109,59 @@ def test_a_worker_token_inventing_agent_names_cannot_grow_the_series_without_bou
         assert len(agents) <= 5 + 1  # the cap, and "other"
         assert {"billing", "made-up-7", "other"} <= agents
     steps = samples["intentledger_steps_total"]
-    assert steps[(("agent", "billing"),)] == 1 and steps[(("agent", "made-up-7"),)] == 4
+    assert steps[(("agent", "billing"), DEFAULT)] == 1
+    assert steps[(("agent", "made-up-7"), DEFAULT)] == 4
     assert sum(steps.values()) == Run.objects.aggregate(n=Sum("step_count"))["n"]  # none lost
+
+
+def test_two_teams_runs_show_under_two_team_labels_each_with_its_own_figures(
+    metrics_token: str,
+) -> None:
+    billing = team_create(slug="billing", name="Billing", actor="tests")
+    returns = team_create(slug="returns", name="Returns", actor="tests")
+    with team_scope(billing.pk):
+        journalled_run(3, agent="triage")
+        journalled_run(2, agent="triage")
+    with team_scope(returns.pk):
+        journalled_run(4, agent="triage")
+
+    samples = scrape()
+
+    steps = samples["intentledger_steps_total"]
+    assert steps[(("agent", "triage"), ("team", "billing"))] == 5
+    assert steps[(("agent", "triage"), ("team", "returns"))] == 4
+    runs = samples["intentledger_runs"]
+    assert runs[(("status", "running"), ("team", "billing"))] == 2
+    assert runs[(("status", "running"), ("team", "returns"))] == 1
+    teams = {dict(labels)["team"] for labels in steps}
+    assert {"billing", "returns"} <= teams and "other" not in teams
+    assert sum(steps.values()) == Run.objects.aggregate(n=Sum("step_count"))["n"]
+
+
+def test_past_the_team_bound_the_quieter_teams_are_summed_as_other(
+    metrics_token: str, settings: Any
+) -> None:
+    settings.METRICS_TEAM_LABELS_MAX = 2
+    for n, slug in enumerate(("north", "south", "east", "west")):
+        team = team_create(slug=slug, name=slug.title(), actor="tests")
+        with team_scope(team.pk):
+            for _ in range(4 - n):  # north has the most runs, west the fewest
+                journalled_run(1 + n, agent="triage")
+
+    samples = scrape()
+
+    for metric in ("intentledger_runs", "intentledger_steps_total", "intentledger_cost_usd_total"):
+        teams = {dict(labels)["team"] for labels in samples[metric]}
+        assert teams == {"north", "south", "other"}  # the cap, and "other"
+    steps = samples["intentledger_steps_total"]
+    assert steps[(("agent", "triage"), ("team", "north"))] == 4 * 1
+    assert steps[(("agent", "triage"), ("team", "south"))] == 3 * 2
+    # east, west and the default team summed: none lost
+    assert steps[(("agent", "triage"), ("team", "other"))] == 2 * 3 + 1 * 4
+    assert sum(steps.values()) == Run.objects.aggregate(n=Sum("step_count"))["n"]
+    runs = samples["intentledger_runs"]
+    assert sum(runs.values()) == Run.objects.count() == 4 + 3 + 2 + 1
+    assert runs[(("status", "running"), ("team", "other"))] == 3
 
 
 def test_the_hot_calls_are_timed_by_call_and_answer_code(metrics_token: str) -> None:
