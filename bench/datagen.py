@@ -150,7 +150,8 @@ def bench_teams(conn: psycopg.Connection[Any], count: int) -> list[int]:
     slugs = ["default", *(f"bench-team-{n:02d}" for n in range(2, count + 1))]
     for slug in slugs[1:]:
         conn.execute(
-            "INSERT INTO teams_team (slug, name, created_at) VALUES (%s, %s, now())"
+            "INSERT INTO teams_team (slug, name, created_at, escalation_email)"
+            " VALUES (%s, %s, now(), '')"
             " ON CONFLICT (slug) DO NOTHING",
             (slug, slug.replace("-", " ").title()),
         )
