@@ -32,6 +32,7 @@ import psutil
 import psycopg
 import pytest
 
+from teams.scope import EVERY_TEAM_SESSION_OPTIONS
 from tests.doc_examples import doc_blocks, documented_commands
 from tests.processes import free_port
 
@@ -291,9 +292,8 @@ def test_demo_in_a_clean_clone_tells_the_story_once_and_every_stop_leaves_nothin
             assert client.get(f"{url}/runs/{evicted['run_id']}/").status_code == 200
 
         # the evicted run left exactly one ticket and one email, in the tables and the mailbox
-        with psycopg.connect(database_url) as conn:
-            # the demo's role is bound by row-level security: this transaction sees every team
-            conn.execute("SELECT set_config('ledger.teams', '*', true)")
+        # the demo's role is bound by row-level security: this session reads every team
+        with psycopg.connect(database_url, options=EVERY_TEAM_SESSION_OPTIONS) as conn:
             tickets = conn.execute(
                 "SELECT count(*) FROM tools_ticket WHERE customer = %s", [evicted["customer"]]
             ).fetchone()

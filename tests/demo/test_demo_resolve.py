@@ -22,6 +22,7 @@ import httpx
 import psycopg
 import pytest
 
+from teams.scope import EVERY_TEAM_SESSION_OPTIONS
 from tests.demo.test_demo import (
     SUMMARY_TIMEOUT,
     Output,
@@ -61,10 +62,8 @@ def resolve(
 
 def every_team(database_url: str) -> psycopg.Connection[Any]:
     """A connection to the demo's database (as its ordinary role, bound by row-level security)
-    whose transaction sees every team's rows, as an operator's command does (teams.scope)."""
-    conn = psycopg.connect(database_url)
-    conn.execute("SELECT set_config('ledger.teams', '*', true)")
-    return conn
+    whose session reads every team's rows, as an operator's psql does (docs/teams.md)."""
+    return psycopg.connect(database_url, options=EVERY_TEAM_SESSION_OPTIONS)
 
 
 def finished(database_url: str, run_id: str, clone: Path) -> str:
