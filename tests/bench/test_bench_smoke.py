@@ -70,6 +70,10 @@ def test_bench_smoke_tier_writes_results_from_real_samples_and_leaves_no_process
         "raw fsync'd INSERT 100B",
         "lease+journal call, 20 steps × ~10 KB (recovery)",
         "throughput, 1 concurrent runs",
+        # the kernel called in-process, under the default team's row-level-security scope
+        # (bench/kernel_inprocess.py: without a scope, run_create refuses a run of no team)
+        "journal kernel in-process write step (2 statements) 100B",
+        "journal kernel in-process read step (1 statement) 100B",
     ):
         assert figures[name]["samples"] > 0, name
         assert figures[name]["repetitions"] >= 3, name
