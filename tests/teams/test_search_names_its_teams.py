@@ -59,3 +59,22 @@ def test_a_scope_of_every_team_adds_no_team_condition(db: Any) -> None:
     with every_team("operator command"):
         plan = _plan(RunFilters(q="4711"))
     assert "Index Cond: (team_id" not in plan, plan
+
+
+def test_the_runs_header_counts_only_the_scope_s_teams_by_their_index(db: Any) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    from review.selectors import run_status_counts
+
+    billing = team_create(slug="billing", name="Billing", actor="tests")
+    with team_scope(billing.pk):
+        run_create(agent="support", input={}, actor="tests")
+        with CaptureQueriesContext(connection) as queries:
+            counts = run_status_counts()
+        counting = next(q["sql"] for q in queries.captured_queries if "UNION ALL" in q["sql"])
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {counting}")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert counts["pending"] == 1
+    assert f"(team_id = {billing.pk})" in plan, plan
