@@ -1,0 +1,195 @@
+"""The web server: granian serving config.wsgi (`python -m config.serve`), one place for how.
+
+granian (a Rust HTTP server) answers the same WSGI app gunicorn did for about two thirds of
+gunicorn's server CPU per worker call (bench/SERVERS.md). The app is loaded once here, in the
+main process, before the workers are forked (what gunicorn's --preload did): each worker starts
+with Django imported and warmed up (config/warmup.py) and no database connection.
+
+Where each robustness duty sits, with the environment setting that tunes it (docs/deploy.md):
+
+- graceful stop: SIGTERM or SIGINT; a worker finishes its in-flight requests, and one that has
+  not stopped after WEB_KILL_TIMEOUT seconds is killed.
+- graceful reload: SIGHUP starts a new worker beside each old one, then stops the old one.
+- recycling: a worker is replaced the same way after WEB_WORKER_LIFETIME seconds, or once its
+  resident memory passes WEB_WORKER_MAX_RSS MiB; a worker that dies is started again.
+- limits: request head (line and headers) over WEB_HTTP1_BUFFER_SIZE bytes: refused by granian
+  (431); a head not complete after WEB_HEADER_READ_TIMEOUT_MS: the connection is closed; a body
+  over Django's DATA_UPLOAD_MAX_MEMORY_SIZE (LEDGER_MAX_BODY_BYTES): 413 from the app.
+- logs: granian's own lines (logger `_granian`) and one access line a request (`granian.access`);
+  with LOG_FORMAT=json, each a JSON object (console.logs.JsonFormatter), the access line with its
+  method, path, status and duration as fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_WORKERS = 2
+DEFAULT_THREADS = 8
+
+
+@dataclass(frozen=True)
+class Robustness:
+    """The settings read from the environment beside the command line's four (docs/deploy.md)."""
+
+    # seconds a worker serves before it is replaced (0: never); granian's minimum is 60
+    worker_lifetime: int = 0
+    # MiB of resident memory past which a worker is replaced (0: never)
+    worker_max_rss: int = 1024
+    # seconds between two looks at the workers' memory
+    worker_rss_sample_seconds: int = 30
+    # seconds a stopping worker has to finish its in-flight requests before it is killed
+    kill_timeout: int = 30
+    # milliseconds a connection has to send a whole request head (line and headers)
+    header_read_timeout_ms: int = 30_000
+    # bytes of request head granian buffers: a longer head is refused with 431 (hyper's minimum
+    # is 8192)
+    http1_buffer_size: int = 64 * 1024
+    # one access line per request
+    access_log: bool = True
+    # granian's own lines (start, workers, signals) at this level and above
+    log_level: str = "info"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | os._Environ[str] = os.environ) -> Robustness:
+        defaults = cls()
+
+        def number(name: str, default: int, minimum: int = 0) -> int:
+            raw = env.get(name, "").strip()
+            value = int(raw) if raw else default
+            if value < minimum:
+                raise SystemExit(f"{name} is at least {minimum} (got {value})")
+            return value
+
+        lifetime = number("WEB_WORKER_LIFETIME", defaults.worker_lifetime)
+        if 0 < lifetime < 60:
+            raise SystemExit(f"WEB_WORKER_LIFETIME is 0 (off) or at least 60 s (got {lifetime})")
+        return cls(
+            worker_lifetime=lifetime,
+            worker_max_rss=number("WEB_WORKER_MAX_RSS", defaults.worker_max_rss),
+            worker_rss_sample_seconds=number(
+                "WEB_WORKER_RSS_SAMPLE_SECONDS", defaults.worker_rss_sample_seconds, 1
+            ),
+            kill_timeout=number("WEB_KILL_TIMEOUT", defaults.kill_timeout, 1),
+            header_read_timeout_ms=number(
+                "WEB_HEADER_READ_TIMEOUT_MS", defaults.header_read_timeout_ms, 1
+            ),
+            http1_buffer_size=number("WEB_HTTP1_BUFFER_SIZE", defaults.http1_buffer_size, 8192),
+            access_log=env.get("WEB_ACCESS_LOG", "1").strip().lower() not in ("0", "false", "no"),
+            log_level=env.get("WEB_LOG_LEVEL", defaults.log_level).strip().lower(),
+        )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m config.serve",
+        description=(
+            "Serve Agent Ledger's WSGI app (config.wsgi) with granian in the foreground. "
+            "SIGTERM/SIGINT stop it gracefully (in-flight requests finish), SIGHUP replaces "
+            "its workers one by one without refusing a request. More settings come from the "
+            "environment: WEB_WORKER_LIFETIME (s, 0 = never; default 0), WEB_WORKER_MAX_RSS "
+            "(MiB, 0 = never; 1024), WEB_WORKER_RSS_SAMPLE_SECONDS (30), WEB_KILL_TIMEOUT (s; 30), "
+            "WEB_HEADER_READ_TIMEOUT_MS (30000), WEB_HTTP1_BUFFER_SIZE (bytes of request head; "
+            "65536), WEB_ACCESS_LOG (1), WEB_LOG_LEVEL (info), LOG_FORMAT=json (JSON lines); "
+            "docs/deploy.md describes each."
+        ),
+    )
+    env = os.environ
+    parser.add_argument(
+        "--host",
+        default=env.get("WEB_HOST") or DEFAULT_HOST,
+        help="address to listen on (WEB_HOST, default %(default)s)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(env.get("PORT") or DEFAULT_PORT),
+        help="port to listen on (PORT, default %(default)s)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=int(env.get("WEB_WORKERS") or DEFAULT_WORKERS),
+        help="worker processes (WEB_WORKERS, default %(default)s)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=int(env.get("WEB_THREADS") or DEFAULT_THREADS),
+        help=(
+            "requests each worker answers at once: granian's blocking threads per worker "
+            "(WEB_THREADS, default %(default)s)"
+        ),
+    )
+    return parser.parse_args(argv)
+
+
+def logging_config(log_format: str) -> dict[str, Any] | None:
+    """granian's logging set-up for LOG_FORMAT (None: granian's own text lines on stdout)."""
+    if log_format != "json":
+        return None
+    handler = {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
+    return {
+        "formatters": {"json": {"()": "console.logs.JsonFormatter"}},
+        "filters": {"access_fields": {"()": "console.logs.AccessLogFields"}},
+        "handlers": {"json": handler, "access": {**handler, "filters": ["access_fields"]}},
+        "loggers": {
+            "_granian": {"handlers": ["json"], "level": "INFO", "propagate": False},
+            "granian.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
+        },
+    }
+
+
+def build_server(args: argparse.Namespace, settings: Robustness) -> Any:
+    """The granian server for `args` and `settings`, not started."""
+    from granian.constants import HTTPModes, Interfaces
+    from granian.http import HTTP1Settings
+    from granian.log import LogLevels
+    from granian.server import Server
+
+    return Server(
+        "config.wsgi:application",
+        address=args.host,
+        port=args.port,
+        interface=Interfaces.WSGI,
+        workers=args.workers,
+        blocking_threads=args.threads,
+        # a thread left idle this long ends; Django's connection in it ends with it (the
+        # thread's locals are freed, and psycopg closes a connection it frees), but the
+        # longest wait granian allows keeps threads, and their connections, for reuse
+        blocking_threads_idle_timeout=600,
+        http=HTTPModes.http1,
+        websockets=False,
+        http1_settings=HTTP1Settings(
+            header_read_timeout=settings.header_read_timeout_ms,
+            max_buffer_size=settings.http1_buffer_size,
+        ),
+        log_level=LogLevels(settings.log_level),
+        log_dictconfig=logging_config(os.environ.get("LOG_FORMAT", "text").strip().lower()),
+        log_access=settings.access_log,
+        respawn_failed_workers=True,
+        rss_sample_interval=settings.worker_rss_sample_seconds,
+        workers_lifetime=settings.worker_lifetime or None,
+        workers_max_rss=settings.worker_max_rss or None,
+        workers_kill_timeout=settings.kill_timeout,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    settings = Robustness.from_env()
+    server = build_server(args, settings)
+    # loaded (and warmed up) before granian forks its workers, which then find it imported;
+    # after the server's set-up, so a bad setting fails before Django's import cost
+    import config.wsgi  # noqa: F401
+
+    server.serve()
+
+
+if __name__ == "__main__":
+    main()
