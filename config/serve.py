@@ -26,6 +26,7 @@ import argparse
 import os
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -54,6 +55,11 @@ class Robustness:
     access_log: bool = True
     # granian's own lines (start, workers, signals) at this level and above
     log_level: str = "info"
+    # seconds a blocking thread may sit idle before granian ends it (granian allows 5 to 600)
+    thread_idle_timeout: int = 600
+    # seconds PostgreSQL lets a web connection sit idle before it ends it (0: never): what
+    # closes the connection of a thread granian ended (see database_url_ending_idle_sessions)
+    database_idle_session_seconds: int = 660
 
     @classmethod
     def from_env(cls, env: dict[str, str] | os._Environ[str] = os.environ) -> Robustness:
@@ -82,6 +88,10 @@ class Robustness:
             http1_buffer_size=number("WEB_HTTP1_BUFFER_SIZE", defaults.http1_buffer_size, 8192),
             access_log=env.get("WEB_ACCESS_LOG", "1").strip().lower() not in ("0", "false", "no"),
             log_level=env.get("WEB_LOG_LEVEL", defaults.log_level).strip().lower(),
+            thread_idle_timeout=number("WEB_THREAD_IDLE_TIMEOUT", defaults.thread_idle_timeout, 5),
+            database_idle_session_seconds=number(
+                "WEB_DATABASE_IDLE_SESSION_SECONDS", defaults.database_idle_session_seconds
+            ),
         )
 
 
@@ -95,7 +105,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "environment: WEB_WORKER_LIFETIME (s, 0 = never; default 0), WEB_WORKER_MAX_RSS "
             "(MiB, 0 = never; 1024), WEB_WORKER_RSS_SAMPLE_SECONDS (30), WEB_KILL_TIMEOUT (s; 30), "
             "WEB_HEADER_READ_TIMEOUT_MS (30000), WEB_HTTP1_BUFFER_SIZE (bytes of request head; "
-            "65536), WEB_ACCESS_LOG (1), WEB_LOG_LEVEL (info), LOG_FORMAT=json (JSON lines); "
+            "65536), WEB_THREAD_IDLE_TIMEOUT (s; 600), WEB_DATABASE_IDLE_SESSION_SECONDS (660), "
+            "WEB_ACCESS_LOG (1), WEB_LOG_LEVEL (info), LOG_FORMAT=json (JSON lines); "
             "docs/deploy.md describes each."
         ),
     )
@@ -145,6 +156,28 @@ def logging_config(log_format: str) -> dict[str, Any] | None:
     }
 
 
+def database_url_ending_idle_sessions(url: str, seconds: int) -> str:
+    """`url` with PostgreSQL's idle_session_timeout set to `seconds` (as a connection option),
+    unless it sets one already or `seconds` is 0.
+
+    Django keeps a connection per thread (DATABASE_CONN_MAX_AGE). A granian blocking thread that
+    sat idle for WEB_THREAD_IDLE_TIMEOUT ends, and its connection is neither closed nor reused:
+    granian's thread ends without Python freeing that thread's locals (measured: the threads
+    went, their connections stayed). PostgreSQL ends it once it has been idle this long;
+    a live thread whose connection it ended reconnects at its next query (Django's
+    conn_health_checks). Not behind a transaction pooler, which takes no connection options:
+    there, the pooler's own client_idle_timeout does this."""
+    if not seconds or "idle_session_timeout" in url:
+        return url
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    option = f"-c idle_session_timeout={seconds * 1000}"
+    merged = [(k, f"{v} {option}" if k == "options" else v) for k, v in query]
+    if not any(k == "options" for k, _ in query):
+        merged.append(("options", option))
+    return urlunsplit(parts._replace(query=urlencode(merged, quote_via=quote)))
+
+
 def build_server(args: argparse.Namespace, settings: Robustness) -> Any:
     """The granian server for `args` and `settings`, not started."""
     from granian.constants import HTTPModes, Interfaces
@@ -159,10 +192,9 @@ def build_server(args: argparse.Namespace, settings: Robustness) -> Any:
         interface=Interfaces.WSGI,
         workers=args.workers,
         blocking_threads=args.threads,
-        # a thread left idle this long ends; Django's connection in it ends with it (the
-        # thread's locals are freed, and psycopg closes a connection it frees), but the
-        # longest wait granian allows keeps threads, and their connections, for reuse
-        blocking_threads_idle_timeout=600,
+        # a thread left idle this long ends (and its database connection stays open:
+        # database_url_ending_idle_sessions)
+        blocking_threads_idle_timeout=settings.thread_idle_timeout,
         http=HTTPModes.http1,
         websockets=False,
         http1_settings=HTTP1Settings(
@@ -184,6 +216,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     settings = Robustness.from_env()
     server = build_server(args, settings)
+    if not os.environ.get("DATABASE_POOLER"):
+        for name in ("DATABASE_URL", "DATABASE_REPLICA_URL"):
+            if os.environ.get(name):
+                os.environ[name] = database_url_ending_idle_sessions(
+                    os.environ[name], settings.database_idle_session_seconds
+                )
     # loaded (and warmed up) before granian forks its workers, which then find it imported;
     # after the server's set-up, so a bad setting fails before Django's import cost
     import config.wsgi  # noqa: F401
