@@ -62,37 +62,46 @@ class Robustness:
     database_idle_session_seconds: int = 660
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | os._Environ[str] = os.environ) -> Robustness:
+    def from_env(cls) -> Robustness:
         defaults = cls()
-
-        def number(name: str, default: int, minimum: int = 0) -> int:
-            raw = env.get(name, "").strip()
-            value = int(raw) if raw else default
-            if value < minimum:
-                raise SystemExit(f"{name} is at least {minimum} (got {value})")
-            return value
-
-        lifetime = number("WEB_WORKER_LIFETIME", defaults.worker_lifetime)
+        lifetime = _env_int("WEB_WORKER_LIFETIME", defaults.worker_lifetime)
         if 0 < lifetime < 60:
             raise SystemExit(f"WEB_WORKER_LIFETIME is 0 (off) or at least 60 s (got {lifetime})")
         return cls(
             worker_lifetime=lifetime,
-            worker_max_rss=number("WEB_WORKER_MAX_RSS", defaults.worker_max_rss),
-            worker_rss_sample_seconds=number(
+            worker_max_rss=_env_int("WEB_WORKER_MAX_RSS", defaults.worker_max_rss),
+            worker_rss_sample_seconds=_env_int(
                 "WEB_WORKER_RSS_SAMPLE_SECONDS", defaults.worker_rss_sample_seconds, 1
             ),
-            kill_timeout=number("WEB_KILL_TIMEOUT", defaults.kill_timeout, 1),
-            header_read_timeout_ms=number(
+            kill_timeout=_env_int("WEB_KILL_TIMEOUT", defaults.kill_timeout, 1),
+            header_read_timeout_ms=_env_int(
                 "WEB_HEADER_READ_TIMEOUT_MS", defaults.header_read_timeout_ms, 1
             ),
-            http1_buffer_size=number("WEB_HTTP1_BUFFER_SIZE", defaults.http1_buffer_size, 8192),
-            access_log=env.get("WEB_ACCESS_LOG", "1").strip().lower() not in ("0", "false", "no"),
-            log_level=env.get("WEB_LOG_LEVEL", defaults.log_level).strip().lower(),
-            thread_idle_timeout=number("WEB_THREAD_IDLE_TIMEOUT", defaults.thread_idle_timeout, 5),
-            database_idle_session_seconds=number(
+            http1_buffer_size=_env_int("WEB_HTTP1_BUFFER_SIZE", defaults.http1_buffer_size, 8192),
+            access_log=_env_text("WEB_ACCESS_LOG", "1") not in ("0", "false", "no", "off"),
+            log_level=_env_text("WEB_LOG_LEVEL", defaults.log_level),
+            thread_idle_timeout=_env_int(
+                "WEB_THREAD_IDLE_TIMEOUT", defaults.thread_idle_timeout, 5
+            ),
+            database_idle_session_seconds=_env_int(
                 "WEB_DATABASE_IDLE_SESSION_SECONDS", defaults.database_idle_session_seconds
             ),
         )
+
+
+def _env_text(name: str, default: str) -> str:
+    return os.environ.get(name, "").strip().lower() or default
+
+
+def _env_int(name: str, default: int, minimum: int = 0) -> int:
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        raise SystemExit(f"{name} is a whole number (got {raw!r})") from None
+    if value < minimum:
+        raise SystemExit(f"{name} is at least {minimum} (got {value})")
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -110,28 +119,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "docs/deploy.md describes each."
         ),
     )
-    env = os.environ
     parser.add_argument(
         "--host",
-        default=env.get("WEB_HOST") or DEFAULT_HOST,
+        default=os.environ.get("WEB_HOST") or DEFAULT_HOST,
         help="address to listen on (WEB_HOST, default %(default)s)",
     )
     parser.add_argument(
         "--port",
         type=int,
-        default=int(env.get("PORT") or DEFAULT_PORT),
+        default=_env_int("PORT", DEFAULT_PORT, 1),
         help="port to listen on (PORT, default %(default)s)",
     )
     parser.add_argument(
         "--workers",
         type=int,
-        default=int(env.get("WEB_WORKERS") or DEFAULT_WORKERS),
+        default=_env_int("WEB_WORKERS", DEFAULT_WORKERS, 1),
         help="worker processes (WEB_WORKERS, default %(default)s)",
     )
     parser.add_argument(
         "--threads",
         type=int,
-        default=int(env.get("WEB_THREADS") or DEFAULT_THREADS),
+        default=_env_int("WEB_THREADS", DEFAULT_THREADS, 1),
         help=(
             "requests each worker answers at once: granian's blocking threads per worker "
             "(WEB_THREADS, default %(default)s)"
@@ -178,6 +186,14 @@ def database_url_ending_idle_sessions(url: str, seconds: int) -> str:
     return urlunsplit(parts._replace(query=urlencode(merged, quote_via=quote)))
 
 
+def _end_idle_sessions(name: str, seconds: int) -> None:
+    """The database URL in variable `name`, if set, with idle sessions ended (above), for the
+    Django this process loads next and the workers it forks."""
+    url = os.environ.get(name, "")
+    if url:
+        os.environ[name] = database_url_ending_idle_sessions(url, seconds)
+
+
 def build_server(args: argparse.Namespace, settings: Robustness) -> Any:
     """The granian server for `args` and `settings`, not started."""
     from granian.constants import HTTPModes, Interfaces
@@ -202,7 +218,7 @@ def build_server(args: argparse.Namespace, settings: Robustness) -> Any:
             max_buffer_size=settings.http1_buffer_size,
         ),
         log_level=LogLevels(settings.log_level),
-        log_dictconfig=logging_config(os.environ.get("LOG_FORMAT", "text").strip().lower()),
+        log_dictconfig=logging_config(_env_text("LOG_FORMAT", "text")),
         log_access=settings.access_log,
         respawn_failed_workers=True,
         rss_sample_interval=settings.worker_rss_sample_seconds,
@@ -217,11 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = Robustness.from_env()
     server = build_server(args, settings)
     if not os.environ.get("DATABASE_POOLER"):
-        for name in ("DATABASE_URL", "DATABASE_REPLICA_URL"):
-            if os.environ.get(name):
-                os.environ[name] = database_url_ending_idle_sessions(
-                    os.environ[name], settings.database_idle_session_seconds
-                )
+        _end_idle_sessions("DATABASE_URL", settings.database_idle_session_seconds)
+        _end_idle_sessions("DATABASE_REPLICA_URL", settings.database_idle_session_seconds)
     # loaded (and warmed up) before granian forks its workers, which then find it imported;
     # after the server's set-up, so a bad setting fails before Django's import cost
     import config.wsgi  # noqa: F401

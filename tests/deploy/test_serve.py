@@ -96,15 +96,24 @@ def test_a_worker_past_its_memory_limit_is_replaced_without_failing_a_request(
         assert set(load.statuses) == {200}
 
 
-@pytest.mark.pg_connections(1)
-def test_the_worker_lifetime_setting_reaches_granian(django_db_setup: Any) -> None:
+def test_the_worker_lifetime_setting_reaches_granian(monkeypatch: pytest.MonkeyPatch) -> None:
     """A lifetime's recycling is the memory limit's (tested above); granian's shortest lifetime
-    is a minute, so this shows only that the setting is taken, and a too short one refused."""
-    from config.serve import Robustness
+    is a minute, so this shows only that the setting reaches granian, and a too short one is
+    refused before anything starts."""
+    import granian.server
 
-    assert Robustness.from_env({"WEB_WORKER_LIFETIME": "3600"}).worker_lifetime == 3600
+    from config.serve import Robustness, build_server, parse_args
+
+    given: dict[str, Any] = {}
+    # granian's Server, told what it would be given (building one configures this process's
+    # logging)
+    monkeypatch.setattr(granian.server, "Server", lambda target, **kwargs: given.update(kwargs))
+    monkeypatch.setenv("WEB_WORKER_LIFETIME", "3600")
+    build_server(parse_args([]), Robustness.from_env())
+    assert given["workers_lifetime"] == 3600
+    monkeypatch.setenv("WEB_WORKER_LIFETIME", "30")
     with pytest.raises(SystemExit, match="at least 60"):
-        Robustness.from_env({"WEB_WORKER_LIFETIME": "30"})
+        Robustness.from_env()
 
 
 @pytest.mark.pg_connections(1)
