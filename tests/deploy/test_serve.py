@@ -199,3 +199,37 @@ def test_a_thread_granian_ends_leaves_no_database_connection_behind(
         server.wait_until("no connection held", lambda: database_connections_held(server.url) == 0)
         ready_from_every_thread()  # new threads, new connections
         assert httpx.get(f"{server.url}/readyz").status_code == 200
+
+
+def step_calls_counted(server: Served, token: str) -> int:
+    """The creates /metrics counts in its merged histogram, over every worker there has been."""
+    scraped = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {token}"})
+    assert scraped.status_code == 200, scraped.text
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in scraped.text.splitlines()
+        if line.startswith('intentledger_step_call_seconds_count{call="create"')
+    )
+
+
+@pytest.mark.pg_connections(4)
+def test_metrics_merge_every_worker_and_keep_the_counts_of_workers_a_sighup_replaced(
+    transactional_db: Any, tmp_path: Any
+) -> None:
+    _, token = worker_token_create(name="serve-metrics")
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "METRICS_TOKEN": "scrape-me"}
+    with config_serve(env, workers=2, log_name="serve-metrics") as server:
+        api = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"})
+
+        def create(count: int) -> None:
+            for n in range(count):
+                made = api.post("/api/v1/runs/", json={"agent": "serve", "input": {"n": n}})
+                assert made.status_code == 201, made.text
+
+        create(10)
+        assert step_calls_counted(server, "scrape-me") == 10
+        server.proc.send_signal(1)  # SIGHUP: both workers replaced
+        server.wait_until("the reload", lambda: server.said(r"Stopped old worker-2"))
+        create(5)
+        assert step_calls_counted(server, "scrape-me") == 15
+        api.close()
