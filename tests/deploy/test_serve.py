@@ -1,7 +1,8 @@
 """The web server's own duties, through a real `python -m config.serve` (granian) on the test
-database: it reloads and recycles its workers without failing a request, refuses a request head
-that is too long or too slow and a body that is too big, and leaves no database connection behind
-a thread it ends."""
+database: it reloads and recycles its workers without failing a request, lets a request in flight
+finish when told to stop, refuses a request head that is too long or too slow, a request line and
+a body that are too big, leaves no database connection behind a thread it ends, and /metrics
+counts what every worker it ever had answered."""
 
 from __future__ import annotations
 
@@ -232,4 +233,42 @@ def test_metrics_merge_every_worker_and_keep_the_counts_of_workers_a_sighup_repl
         server.wait_until("the reload", lambda: server.said(r"Stopped old worker-2"))
         create(5)
         assert step_calls_counted(server, "scrape-me") == 15
+        api.close()
+
+
+@pytest.mark.pg_connections(4)
+def test_a_sigterm_lets_the_request_in_flight_finish_before_the_server_exits(
+    transactional_db: Any,
+) -> None:
+    from django.db import connection
+
+    _, token = worker_token_create(name="serve-sigterm")
+    with config_serve(log_name="serve-sigterm") as server:
+        api = httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        )
+        run = api.post("/api/v1/runs/", json={"agent": "serve", "input": {}}).json()
+        answers: list[httpx.Response] = []
+        # a long poll on a run nobody settles: answered with the run after its 3 s
+        waiter = threading.Thread(
+            target=lambda: answers.append(api.get(f"/api/v1/runs/{run['id']}/?wait=3"))
+        )
+        waiter.start()
+
+        def waiting() -> bool:  # the waiter's own LISTEN connection (WSGI: one each)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND query LIKE 'LISTEN %%'"
+                )
+                return bool(cursor.fetchone()[0])
+
+        server.wait_until("the request in flight", waiting)
+        server.proc.send_signal(15)  # SIGTERM
+        waiter.join(timeout=60)
+        assert server.proc.wait(timeout=60) == 0
+        [answer] = answers
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["id"] == run["id"]
+        assert server.said(r"Granian shutdown completed")
         api.close()
