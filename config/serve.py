@@ -14,7 +14,12 @@ Where each robustness duty sits, with the environment setting that tunes it (doc
   resident memory passes WEB_WORKER_MAX_RSS MiB; a worker that dies is started again.
 - limits: request head (line and headers) over WEB_HTTP1_BUFFER_SIZE bytes: refused by granian
   (431); a head not complete after WEB_HEADER_READ_TIMEOUT_MS: the connection is closed; a body
-  over Django's DATA_UPLOAD_MAX_MEMORY_SIZE (LEDGER_MAX_BODY_BYTES): 413 from the app.
+  over Django's DATA_UPLOAD_MAX_MEMORY_SIZE (LEDGER_MAX_BODY_BYTES): 413 from the app; a request
+  line over LEDGER_MAX_REQUEST_LINE: 414 from config.wsgi.RequestLineLimit.
+- timeouts: granian kills no request that runs long (gunicorn's worker timeout did); what bounds
+  one is listed in docs/deploy.md ("Timeouts").
+- idle threads: a thread idle for WEB_THREAD_IDLE_TIMEOUT ends; PostgreSQL ends the connection it
+  leaves (WEB_DATABASE_IDLE_SESSION_SECONDS, database_url_ending_idle_sessions).
 - logs: granian's own lines (logger `_granian`) and one access line a request (`granian.access`);
   with LOG_FORMAT=json, each a JSON object (console.logs.JsonFormatter), the access line with its
   method, path, status and duration as fields.
@@ -64,6 +69,11 @@ class Robustness:
     @classmethod
     def from_env(cls) -> Robustness:
         defaults = cls()
+        log_level = _env_text("WEB_LOG_LEVEL", defaults.log_level)
+        if log_level not in ("critical", "error", "warning", "info", "debug"):
+            raise SystemExit(
+                f"WEB_LOG_LEVEL is critical, error, warning, info or debug (got {log_level})"
+            )
         lifetime = _env_int("WEB_WORKER_LIFETIME", defaults.worker_lifetime)
         if 0 < lifetime < 60:
             raise SystemExit(f"WEB_WORKER_LIFETIME is 0 (off) or at least 60 s (got {lifetime})")
@@ -79,7 +89,7 @@ class Robustness:
             ),
             http1_buffer_size=_env_int("WEB_HTTP1_BUFFER_SIZE", defaults.http1_buffer_size, 8192),
             access_log=_env_text("WEB_ACCESS_LOG", "1") not in ("0", "false", "no", "off"),
-            log_level=_env_text("WEB_LOG_LEVEL", defaults.log_level),
+            log_level=log_level,
             thread_idle_timeout=_env_int(
                 "WEB_THREAD_IDLE_TIMEOUT", defaults.thread_idle_timeout, 5
             ),
@@ -169,9 +179,9 @@ def database_url_ending_idle_sessions(url: str, seconds: int) -> str:
     unless it sets one already or `seconds` is 0.
 
     Django keeps a connection per thread (DATABASE_CONN_MAX_AGE). A granian blocking thread that
-    sat idle for WEB_THREAD_IDLE_TIMEOUT ends, and its connection is neither closed nor reused:
-    granian's thread ends without Python freeing that thread's locals (measured: the threads
-    went, their connections stayed). PostgreSQL ends it once it has been idle this long;
+    sat idle for WEB_THREAD_IDLE_TIMEOUT ends, and its connection is neither closed nor reused
+    (measured: the threads went, their connections stayed open, and the next requests opened
+    new ones; tests/deploy/test_serve.py). PostgreSQL ends it once it has been idle this long;
     a live thread whose connection it ended reconnects at its next query (Django's
     conn_health_checks). Not behind a transaction pooler, which takes no connection options:
     there, the pooler's own client_idle_timeout does this."""
