@@ -2,7 +2,7 @@
 
 Every middleware must be async-capable here, or Django would run each request (and so each
 waiter) in a thread of its own: LEDGER_ASGI=1 leaves out WhiteNoise (sync only; static files
-are served by the gunicorn app).
+are served by the WSGI app, config.serve).
 """
 
 import os

@@ -284,6 +284,9 @@ DASHBOARD_LIVE_RUN_POLL_SECONDS = float(os.environ.get("DASHBOARD_LIVE_RUN_POLL_
 
 # Request bodies over this size are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("LEDGER_MAX_BODY_BYTES", 1024 * 1024)
+# A request line (method, path and query string) longer than this is refused with 414 before
+# Django sees it (config.wsgi.RequestLineLimit; the contract documents it on every operation)
+LEDGER_MAX_REQUEST_LINE = env_int("LEDGER_MAX_REQUEST_LINE", 4094)
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_TASK_ACKS_LATE = True

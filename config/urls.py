@@ -21,7 +21,7 @@ class SchemaView(SpectacularAPIView):
     """The OpenAPI schema, generated one request at a time.
 
     drf-spectacular resolves its extension classes lazily and not thread-safely; two threads of a
-    fresh gunicorn worker generating the schema at once could answer 500.
+    fresh web worker generating the schema at once could answer 500.
     """
 
     _generation_lock = threading.Lock()

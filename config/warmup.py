@@ -4,10 +4,10 @@ A fresh process spends about 0.4 s of CPU (here) on its first few requests impor
 as the URL resolver fills, compiling templates into the cached loader and the validators'
 regular expressions, and DRF's renderer and parser classes; later requests cost a tenth of
 that. `wsgi.py` and `asgi.py` call `warm_up()` once the app is built, so that work happens before
-the first request arrives and not inside it. Under `gunicorn --preload` it happens once, in the
-master, and every forked worker inherits it.
+the first request arrives and not inside it. Under `python -m config.serve` it happens once, in
+granian's main process before it forks its workers, and every worker inherits it.
 
-No database: a connection opened in a preloading master would be shared by its forked workers.
+No database: a connection opened in the main process would be shared by its forked workers.
 """
 
 from __future__ import annotations

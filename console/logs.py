@@ -35,6 +35,28 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(body, default=str, ensure_ascii=False)
 
 
+class AccessLogFields(logging.Filter):
+    """granian's access lines (logger `granian.access`) carry the request as fields of their own:
+    granian passes them as the record's arguments (a dict), which JsonFormatter leaves out."""
+
+    FIELDS = {
+        "method": "method",
+        "path": "path",
+        "query_string": "query_string",
+        "status": "status",
+        "dt_ms": "duration_ms",
+        "addr": "client",
+        "protocol": "protocol",
+    }
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, dict):
+            for name, field in self.FIELDS.items():
+                if name in record.args:
+                    setattr(record, field, record.args[name])
+        return True
+
+
 class RunLogContextMiddleware:
     """Names the run (and step) of the request's URL in the log context."""
 

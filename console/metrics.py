@@ -1,8 +1,10 @@
 """`GET /metrics`: Prometheus text format, behind a bearer token (`METRICS_TOKEN`).
 
 Two sources. The hot calls' latency histogram (`intentledger_step_call_seconds{call, code}`,
-runs.observe) lives in each process; under gunicorn set `PROMETHEUS_MULTIPROC_DIR` so the
-workers' samples are merged (prometheus_client's multiprocess mode). Everything else is read from
+runs.observe) lives in each process; under granian's several workers set
+`PROMETHEUS_MULTIPROC_DIR` (the image does) so the workers' samples are merged
+(prometheus_client's multiprocess mode: a file per worker pid, kept after a worker is recycled,
+so its counts stay in the sums; no gauge is kept in those files, so none goes stale). Everything else is read from
 the database at scrape time by `LedgerCollector`, so any web process answers the same numbers:
 
 - `intentledger_runs{team, status}`: runs per team and status (gauge);

@@ -9,7 +9,8 @@ not JSON) is declined and answered by the DRF view, so every refusal of the cont
 exactly one implementation (tests/runs/test_doors_agree.py holds the two doors together).
 
 Two doors lead here: `hot_view` wraps the DRF view in Django's URL conf (so the contract tests
-and runserver use it), and `HotPathWSGI` answers before Django builds a request at all (gunicorn).
+and runserver use it), and `HotPathWSGI` answers before Django builds a request at all (the web
+server, config.serve).
 """
 
 import io
@@ -219,7 +220,7 @@ def hot_view(call: str, drf_view: Callable[..., Any]) -> Callable[..., Any]:
     return csrf_exempt(view)
 
 
-# --- door 2: in front of Django (gunicorn, runserver) ---------------------------------------
+# --- door 2: in front of Django (config.serve, runserver) -----------------------------------
 
 # Django's own <uuid:> pattern: a path the URLconf would 404 is Django's to answer here too
 _UUID = rf"(?P<run_id>{UUIDConverter.regex})"
@@ -257,7 +258,7 @@ class HotPathWSGI:
         if hot is None:
             return self.django_app(environ, start_response)
         # what Django's request_finished would do, which a hot answer never sends: close a
-        # connection past DATABASE_CONN_MAX_AGE (at 0, every one), or each gunicorn thread whose
+        # connection past DATABASE_CONN_MAX_AGE (at 0, every one), or each server thread whose
         # last request was a hot call kept its connection open, idle, for good
         close_old_connections()
         status = f"{hot.status} {_REASONS.get(hot.status, 'Error')}"

@@ -17,12 +17,12 @@ class WorkerTokenScheme(OpenApiAuthenticationExtension):
         }
 
 
-# Refused by the HTTP server before Django sees the request, so no view can declare it
+# Refused in front of Django (config.wsgi.RequestLineLimit), so no view can declare it
 REQUEST_LINE_TOO_LONG = {
     "description": (
-        "The request line (method, path and query string) is longer than the HTTP server in "
-        "front of Django accepts (gunicorn: 4,094 bytes). The server's own page, not the JSON "
-        "error envelope; shorten the query string."
+        "The request line (method, path and query string) is longer than the server accepts "
+        "(LEDGER_MAX_REQUEST_LINE, default 4,094 bytes). An HTML page answered before Django "
+        "sees the request, not the JSON error envelope; shorten the query string."
     ),
     "content": {"text/html": {"schema": {"type": "string"}}},
 }
@@ -32,7 +32,7 @@ OPERATION_METHODS = ("get", "put", "post", "delete", "options", "head", "patch",
 def request_line_too_long(
     result: dict[str, Any], generator: Any, request: Any, public: Any
 ) -> dict[str, Any]:
-    """Adds the server's 414 to every operation (a drf-spectacular postprocessing hook): any of
+    """Adds the 414 of a request line too long to every operation (a drf-spectacular postprocessing hook): any of
     them can be refused that way, and a client, like the fuzzer, should find the answer in the
     contract rather than meet it as an undocumented status."""
     for path_item in result.get("paths", {}).values():

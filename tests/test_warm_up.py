@@ -1,5 +1,6 @@
 """A web process does its first requests' one-time work when it loads the app (config/warmup.py),
-without a database connection: under gunicorn --preload the workers fork from that state."""
+without a database connection: under `python -m config.serve` granian's workers fork from that
+state."""
 
 import json
 import subprocess
@@ -9,7 +10,7 @@ from tests.processes import ROOT
 
 LOADED_STATE = """
 import json
-import config.wsgi  # what gunicorn imports
+import config.wsgi  # what config.serve imports before granian forks its workers
 from django.db import connections
 from django.template import engines
 from django.urls import get_resolver

@@ -1,6 +1,7 @@
 """LOG_FORMAT=json: every process of the ledger writes one JSON object a line, not only the web
-app: gunicorn's own lines (start, workers, one access line per request), the Celery worker's
-and beat's (their banners left out), each started as the README starts it."""
+app: the web server's own lines (granian: start, workers, signals; one access line per request,
+the request's method, path, status and duration as fields), the Celery worker's and beat's
+(their banners left out), each started as the README starts it."""
 
 import json
 import subprocess
@@ -49,20 +50,29 @@ def run_until(args: list[str], name: str, said: Callable[[str], bool], env: dict
 
 
 @pytest.mark.pg_connections(2)
-def test_gunicorn_writes_its_own_lines_and_its_access_lines_as_json(django_db_setup: Any) -> None:
+def test_the_web_server_writes_its_own_lines_and_one_access_line_a_request_as_json(
+    django_db_setup: Any,
+) -> None:
     port = free_port()
-    args = [str(BIN / "gunicorn"), "config.wsgi", "-w", "1", "-b", f"127.0.0.1:{port}"]
-    proc = spawn(args, log_name="json-gunicorn", env=server_env({"LOG_FORMAT": "json"}))
+    args = [sys.executable, "-m", "config.serve", "--workers", "1", "--port", str(port)]
+    proc = spawn(args, log_name="json-web", env=server_env({"LOG_FORMAT": "json"}))
     try:
         wait_for_http(f"http://127.0.0.1:{port}/healthz", timeout=120, proc=proc)
-        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz?probe=1").status_code == 200
         assert httpx.get(f"http://127.0.0.1:{port}/no-such-page/").status_code in (302, 404)
     finally:
         stop_process(proc, timeout=20)
     lines = json_lines(proc.log_path)  # type: ignore[attr-defined]
     loggers = {line["logger"] for line in lines}
-    assert {"gunicorn.error", "gunicorn.access"} <= loggers, lines
-    assert any("GET /healthz" in line["message"] for line in lines)
+    assert {"_granian", "granian.access"} <= loggers, lines
+    assert any(line["message"].startswith("Starting granian") for line in lines), lines
+    access = [line for line in lines if line["logger"] == "granian.access"]
+    probes = [line for line in access if line["query_string"] == "probe=1"]
+    assert len(probes) == 1, access  # one line for the one request
+    [probe] = probes
+    assert (probe["method"], probe["path"], probe["status"]) == ("GET", "/healthz", 200)
+    assert probe["duration_ms"] >= 0
+    assert any(line["path"] == "/no-such-page/" for line in access)
 
 
 @pytest.mark.pg_connections(2)

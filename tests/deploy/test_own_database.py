@@ -8,8 +8,8 @@ admin signs in over the block's plain HTTP.
 
 What the test does not do as written, and why: the block's first line (a virtualenv with the SDK
 and the server's dependencies) is this suite's own virtualenv, which holds both; `.venv/bin/`
-is that virtualenv's; gunicorn binds 127.0.0.1 on a free port with 2 processes instead of
-0.0.0.0:8000 with 4 (the suite's PostgreSQL connection budget); `createsuperuser` gets its
+is that virtualenv's; the web server (`python -m config.serve`) binds 127.0.0.1 on a free port
+with 2 processes instead of 0.0.0.0:8000 with 4 (the suite's PostgreSQL connection budget); `createsuperuser` gets its
 answers from DJANGO_SUPERUSER_* with --noinput, as a terminal's user would type them.
 """
 
@@ -55,7 +55,7 @@ pytestmark = pytest.mark.slow
 README_BLOCK = doc_example("README.md", "## Three ways to run it", lang="bash", index=1)
 README_EXAMPLE = doc_example("README.md", "## Using the worker SDK")
 ADMIN_PASSWORD = "own-database-admin-" + secrets.token_urlsafe(8)
-LONG_RUNNING = ("gunicorn", "celery")
+WEB_SERVER = ["-m", "config.serve"]
 # the example names its worker token `token`, as its reader's code would hold it
 RUN_EXAMPLE = "import os, sys; exec(open(sys.argv[1]).read(), {'token': os.environ['TOKEN']})"
 
@@ -107,10 +107,11 @@ def argv_of(line: str, *, port: int) -> list[str]:
     words = shlex.split(line)
     program = words[0].removeprefix(".venv/bin/")
     words[0] = sys.executable if program == "python" else str(Path(sys.prefix) / "bin" / program)
-    substitutions = {"0.0.0.0:8000": f"127.0.0.1:{port}"}
-    argv = [substitutions.get(word, word) for word in words]
-    if program == "gunicorn":
-        argv[argv.index("-w") + 1] = "2"
+    argv = list(words)
+    if argv[1:3] == WEB_SERVER:
+        argv[argv.index("--host") + 1] = "127.0.0.1"
+        argv[argv.index("--workers") + 1] = "2"
+        argv += ["--port", str(port)]
     if "createsuperuser" in argv:
         argv.append("--noinput")
     return argv
@@ -146,7 +147,7 @@ def the_readme_block(
             if line.startswith("export "):
                 continue
             argv = argv_of(line, port=port)
-            if Path(argv[0]).name in LONG_RUNNING:
+            if argv[1:3] == WEB_SERVER or Path(argv[0]).name == "celery":  # they run on
                 proc = spawn(argv, log_name=f"own-database-{number}", env=env)
                 stack.callback(stop_process, proc, 20)
                 if "worker" in argv and "info" in argv:  # at WARNING it never says it is ready
@@ -214,7 +215,7 @@ def test_the_readmes_own_database_block_as_written_runs_a_queued_run(
             # the block's DATABASE_URL is an ordinary role owning the database, as the README
             # says to make it (docs/deploy.md): its migrate made it the owner of every table
             assert connected_role(database_url) == an_ordinary_role_owning_every_table()
-            wait_for(lambda: ready(url), "the block's gunicorn ready")
+            wait_for(lambda: ready(url), "the block's web server ready")
 
             queued = subprocess.run(
                 argv_of("python manage.py start_agent_run --ticket T-1001", port=port),

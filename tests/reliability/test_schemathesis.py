@@ -112,8 +112,9 @@ def test_the_schema_is_served_without_a_token(ledger_server: str, path: str) -> 
 def test_a_query_string_too_long_for_the_server_gets_an_answer_the_schema_documents(
     ledger_server: str, raw_token: str, transactional_db: Any
 ) -> None:
-    """gunicorn refuses a request line over 4,094 bytes with its own 414 page before Django sees
-    it; the fuzzer met that with another seed as a status no operation documented."""
+    """A request line over 4,094 bytes gets a 414 page before Django sees it (gunicorn's limit,
+    kept under granian by config.wsgi.RequestLineLimit); the fuzzer met that with another seed as
+    a status no operation documented."""
     import httpx
 
     worker = Worker(ledger_server, raw_token)
