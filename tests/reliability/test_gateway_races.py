@@ -1,7 +1,7 @@
 """50 concurrent invokes per idempotency key across 20 keys, through the real gateway and SMTP.
 
 Ten keys create tickets and ten send email; the 1000 requests are shuffled and fired from 100
-threads at a live gunicorn. Every key must produce exactly one effect (one Ticket row, one
+threads at a live web server. Every key must produce exactly one effect (one Ticket row, one
 OutboundEmail row, one SMTP message), every success must carry the same result, and the others
 must be the documented 409 `idempotency_in_progress` (never a 5xx, never a second effect).
 The keys are free-form (a caller that is not an agent): the token has the `tools:direct` scope.
