@@ -65,9 +65,9 @@ def test_fifty_concurrent_invokes_per_key_across_twenty_keys_make_one_effect_eac
         try:
             response = send()
         except (httpx.ReadError, httpx.RemoteProtocolError):
-            # gunicorn closed this kept-alive connection (idle past its 2 s keep-alive) as the
-            # request went out, as any HTTP client meets now and then; the key makes sending it
-            # again safe, and a client does just that
+            # the server closed this kept-alive connection (an idle one it let go) as the request
+            # went out, as any HTTP client meets now and then; the key makes sending it again
+            # safe, and a client does just that
             resent.append(key)
             response = send()
         body = response.json()
