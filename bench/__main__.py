@@ -1,6 +1,6 @@
 """python -m bench [all|step|throughput|recovery|gateway|waiters|dashboard|scaling|nodes|servers|traces ...] [--quick|--smoke]
 
-Starts the real stack itself (gunicorn against the bench database, PostgreSQL with its default
+Starts the real stack itself (the web server, `python -m config.serve`, against the bench database, PostgreSQL with its default
 durability), measures, and writes bench/RESULTS.md with results.json beside it. Every process
 it starts is stopped in a finally block, by process group.
 """
@@ -44,30 +44,38 @@ BENCH_VENV_PACKAGES = [
     "pyinstrument",
     "psutil",
     "httpx",
-    # the web servers compared with gunicorn (bench/part_servers.py); not project dependencies
-    "granian",
+    # the web servers compared with granian, the project's (bench/part_servers.py); not project
+    # dependencies
+    "gunicorn",
     "httptools",
     "uvloop",
 ]
 
 
 def ensure_bench_venv(log: bool = True) -> None:
-    """bench/.venv holds the baselines and profilers: never project dependencies."""
-    if BENCH_VENV_PY.exists():
+    """bench/.venv holds the baselines and profilers: never project dependencies. A venv made
+    before the list last changed gets what the list added (its stamp file holds the list)."""
+    stamp = BENCH / ".venv" / "bench-packages.txt"
+    wanted = "\n".join(BENCH_VENV_PACKAGES)
+    if BENCH_VENV_PY.exists() and stamp.is_file() and stamp.read_text() == wanted:
         return
-    if log:
-        print("[bench] creating bench/.venv (DBOS, LangGraph, profilers: bench only)", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(BENCH / ".venv")], check=True)
+    if not BENCH_VENV_PY.exists():
+        if log:
+            print(
+                "[bench] creating bench/.venv (DBOS, LangGraph, profilers: bench only)", flush=True
+            )
+        subprocess.run([sys.executable, "-m", "venv", str(BENCH / ".venv")], check=True)
     subprocess.run(
         [str(BENCH_VENV_PY), "-m", "pip", "install", "--quiet", *BENCH_VENV_PACKAGES], check=True
     )
+    stamp.write_text(wanted)
 
 
 def _versions() -> dict[str, str]:
     from importlib.metadata import version
 
     out = {}
-    for name in ("django", "djangorestframework", "gunicorn", "psycopg", "httpx", "urllib3"):
+    for name in ("django", "djangorestframework", "granian", "psycopg", "httpx", "urllib3"):
         try:
             out[name] = version(name)
         except Exception:
@@ -89,8 +97,15 @@ def main(argv: list[str] | None = None) -> int:
         default=str(BENCH / "RESULTS.md"),
         help="where RESULTS.md goes (results.json is written beside it)",
     )
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
-    parser.add_argument("--threads", type=int, default=4, help="gunicorn threads per worker")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="web server (granian) worker processes"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=4,
+        help="web server threads per worker (granian blocking threads: requests at once)",
+    )
     args = parser.parse_args(argv)
     parts = PARTS if "all" in args.parts else args.parts
     unknown = [p for p in parts if p not in PARTS]
@@ -103,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("SECRET_KEY", "bench-only-secret")
     results = Results(quick=tier != "full", tier=tier)
     results.extra["machine"] = machine_description()
-    results.extra["gunicorn"] = {"workers": args.workers, "threads": args.threads}
+    results.extra["web_server"] = {"workers": args.workers, "threads": args.threads}
     results.extra["argv"] = ["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])]
     ctx = Ctx(tier=tier, results=results)
     started = time.monotonic()
@@ -156,7 +171,7 @@ def _profile(ctx: Ctx) -> None:
 
     ctx.results.current_part = "profile"
     for kind in ("write", "read"):
-        ctx.log(f"profile: py-spy on a gunicorn worker under {kind} steps")
+        ctx.log(f"profile: py-spy on a web server (granian) worker under {kind} steps")
         try:
             data = profile.profile(ctx.token, kind=kind, seconds=6.0)
         except Exception as exc:
@@ -166,7 +181,7 @@ def _profile(ctx: Ctx) -> None:
         cpu_ms = data["samples"] / 400 * 1000 / max(1, data["calls"])
         ctx.results.note(
             "profile",
-            f"**{kind} steps** (1 gunicorn worker, 1 thread; about {cpu_ms:.1f} ms of sampled "
+            f"**{kind} steps** (1 granian worker, 1 thread; about {cpu_ms:.1f} ms of sampled "
             f"on-CPU worker time per call):\n\n" + profile.markdown(kind, data),
         )
 
@@ -189,7 +204,7 @@ def _run_part(ctx: Ctx, part: str, workers: int, threads: int, out_dir: Path) ->
     if part == "step":
         from bench import part_step
 
-        with stack.gunicorn(workers=workers, threads=threads) as (url, _):
+        with stack.web_server(workers=workers, threads=threads) as (url, _):
             part_step.run(ctx, url)
         missed = [
             f
@@ -205,7 +220,7 @@ def _run_part(ctx: Ctx, part: str, workers: int, threads: int, out_dir: Path) ->
     elif part == "recovery":
         from bench import part_recovery
 
-        with stack.gunicorn(workers=workers, threads=threads) as (url, _):
+        with stack.web_server(workers=workers, threads=threads) as (url, _):
             part_recovery.run(ctx, url)
     elif part == "gateway":
         if not (stack.tree() / "tools" / "registry.py").exists():

@@ -5,7 +5,7 @@ search at 100k runs, p50 (issue 15's "Measure").
     BENCH_DB=bench_ledger python -m bench.desk_pages [--samples 20]
 
 Runs in-process against the bench database through Django's test client (a logged-in admin, no
-HTTP server): it isolates what the desk's own queries and templates cost from gunicorn and the
+HTTP server): it isolates what the desk's own queries and templates cost from the web server and the
 network, which `python -m bench dashboard` measures over HTTP. Prints one markdown table; also
 prints EXPLAIN's choice of index for each search, so a missing index shows as a Seq Scan.
 """

@@ -76,10 +76,10 @@ def findings(results: Results) -> str:
             f"- **Throughput.** {tput:.0f} steps/s with 8 concurrent runs"
             + (f", {tput16:.0f} with 16 (target ≥ 800)" if tput16 else "")
             + (f", {tput32:.0f} with 32" if tput32 else "")
-            + f"; {cpu:.2f} ms of gunicorn CPU per "
+            + f"; {cpu:.2f} ms of web server (granian) CPU per "
             f"step (target ≤ 1 ms; a step is 1.5 calls on average here). On this 2-core machine "
-            "the load generator (about 2 ms of CPU per step), PostgreSQL and gunicorn share the "
-            "cores, so the ceiling is the sum of the three, not gunicorn's alone."
+            "the load generator (about 2 ms of CPU per step), PostgreSQL and the web server share "
+            "the cores, so the ceiling is the sum of the three, not the web server's alone."
         )
     profiles = results.extra.get("profiles", {})
     if profiles:
@@ -94,14 +94,14 @@ def findings(results: Results) -> str:
                     "  body parse (strict JSON)",
                     "  canonical JSON + hashes",
                     "  response (orjson)",
-                    "gunicorn request handling",
+                    "granian request handling",
                 )
                 if label in b
             )
             lines.append(
                 f"- **Profile ({kind} steps, py-spy).** Of the worker's on-CPU samples: {shares}; "
                 "the kernel call's share is mostly waiting on PostgreSQL's answer (commit and "
-                "fsync), the rest is gunicorn's request loop and socket I/O."
+                "fsync), the rest is the web server's request handling and socket I/O."
             )
     lease = _p50(results, "lease+journal call, 20 steps × ~10 KB (recovery)")
     restart = _p50(results, "whole restart: process start → step 13 executing")

@@ -1,6 +1,6 @@
 """No-op tools the gateway bench registers in the served process (TOOLS_EXTRA_MODULES).
 
-Imported only by a gunicorn the bench starts; never by the product.
+Imported only by a web server the bench starts; never by the product.
 """
 
 from typing import Any

@@ -4,7 +4,7 @@ adds per `tools/call` over a direct stdio call, each beside a bare SDK step of t
     BENCH_TREE=worktree python -m bench.integrations [--runs 7] [--tools 10]
         [--enforced-by tool nobody]
 
-Starts gunicorn on its own database (`bench_integrations`, migrated here), the way
+Starts the web server (`python -m config.serve`) on its own database (`bench_integrations`, migrated here), the way
 `python -m bench` does, and needs the framework extras installed. Each framework runs the same
 scripted agent (an offline model that asks for `--tools` write-tool calls, one per response, then
 answers: 2 x tools + 1 steps) bare and journalled, alternately; the figure is the p50 over the
@@ -352,7 +352,7 @@ def report(results: dict[str, Any], argv: list[str]) -> str:
         f"{results['elapsed_seconds']} s, serving {results['served']} (commit "
         f"{results['commit']}). Machine: {machine['cpu']} x {machine['cores']} cores shared with "
         f"other work (load average at start {machine['loadavg_at_start']}, at the end "
-        f"{results['loadavg_at_end']}); gunicorn (2 workers x 4 threads) and PostgreSQL on the "
+        f"{results['loadavg_at_end']}); the web server (granian, 2 workers x 4 threads) and PostgreSQL on the "
         "same cores. Reproduce: `BENCH_DB=bench_integrations BENCH_TREE=worktree "
         ".venv/bin/python -m bench.integrations` (the framework extras installed).",
         "",
@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("pydantic_ai", "openai_agents", "langgraph", "mcp", "sdk"):
         stack.ensure_policy(f"bench-{name}", max_steps=10_000, max_recoveries=100)
     try:
-        with stack.gunicorn(workers=2, threads=4) as (url, _proc), Ledger(url, token) as ledger:
+        with stack.web_server(workers=2, threads=4) as (url, _proc), Ledger(url, token) as ledger:
             calls = StepCalls(ledger)
             bare_sdk_steps(ledger, reads=5, writes=5, enforced_by="tool")  # the first requests
             for name, build in (

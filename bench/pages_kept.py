@@ -4,7 +4,7 @@
 
 For comparing two commits on one dataset without regenerating it (the `dashboard` and
 `console` parts reset the journal tables and fill them again, which takes most of an hour on a
-loaded machine). Serves a `git archive` of <commit> with gunicorn (2 workers × 4 threads),
+loaded machine). Serves a `git archive` of <commit> with the web server (`python -m config.serve`, 2 workers × 4 threads),
 migrates the bench database to that commit, refreshes the overview's rollup as beat would,
 VACUUM ANALYZEs the runs and steps tables, then measures the pages `bench.part_data._dashboard`
 measures plus the console overview (14 and 30 days) and the 200-step transcript. Prints one
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
     ctx = Ctx(tier="full", results=results)
     load_start = os.getloadavg()
     try:
-        with stack.gunicorn(workers=2, threads=4) as (url, _proc):
+        with stack.web_server(workers=2, threads=4) as (url, _proc):
             if not parts or "dashboard" in parts:
                 part_data._dashboard(ctx, url)
             if not parts or "console" in parts:

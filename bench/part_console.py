@@ -4,7 +4,7 @@
 
 Also `python -m bench console` as a part of the suite. Needs no baseline venv: it migrates the
 bench database, fills it with datagen (runs with two steps each, 1% in review; one run with
-200 steps), starts gunicorn and fetches the pages over HTTP with an admin session:
+200 steps), starts the web server and fetches the pages over HTTP with an admin session:
 
 - `GET /console/?days=14` and `?days=30` (the overview: SQL aggregates over the window),
 - `GET /runs/<the 200-step run>/` (the transcript with its timeline and conversation), and the
@@ -105,7 +105,7 @@ def run(ctx: Ctx, workers: int = 2, threads: int = 4) -> None:
         "| runs | overview 14 days p50 | overview 30 days p50 | 200-step transcript p50 |",
         "|---:|---:|---:|---:|",
     ]
-    with stack.gunicorn(workers=workers, threads=threads) as (url, _proc):
+    with stack.web_server(workers=workers, threads=threads) as (url, _proc):
         name, key = _session_cookie()
         with httpx.Client(base_url=url, cookies={name: key}, timeout=120) as http:
             for tier in tiers:
@@ -163,7 +163,7 @@ def run(ctx: Ctx, workers: int = 2, threads: int = 4) -> None:
                 )
     res.note(
         "console",
-        "Pages fetched over HTTP from gunicorn with an admin session (time to the full "
+        "Pages fetched over HTTP from the web server with an admin session (time to the full "
         "response); runs spread over 30 days by bench.datagen, two steps each, 1% in review. "
         "The overview's rollup (console.rollup) was refreshed once after loading, as beat does "
         "every 5 minutes; today's runs are read live.\n\n" + "\n".join(rows),

@@ -106,7 +106,7 @@ def run(ctx: Ctx, workers: int, threads: int, *, scaling: bool, dashboard: bool)
     first: tuple[float, float, float] | None = None
     have = 0
     index = 0
-    with stack.gunicorn(workers=workers, threads=threads) as (url, _proc):
+    with stack.web_server(workers=workers, threads=threads) as (url, _proc):
         driver = JournalDriver(url, ctx.token)
         try:
             for tier in tiers:
@@ -263,7 +263,7 @@ def _dashboard(ctx: Ctx, url: str) -> None:
             res.extra.setdefault("page_bytes", {})[title] = len(first.content)
     res.note(
         "dashboard",
-        f"Pages fetched over HTTP from gunicorn with an admin session; time to the full response, "
+        f"Pages fetched over HTTP from the web server with an admin session; time to the full response, "
         f"with {_count_runs():,} runs and {unknown[0] if unknown else '?':,} unknown steps in the database.",
     )
 

@@ -63,7 +63,7 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
         ),
     }
     direct_token = stack.worker_token("--scope", "tools:direct")
-    with stack.gunicorn(workers=workers, threads=threads, env=env) as (url, _):
+    with stack.web_server(workers=workers, threads=threads, env=env) as (url, _):
         http = httpx.Client(
             base_url=url, headers={"Authorization": f"Bearer {direct_token}"}, timeout=30
         )
@@ -198,7 +198,7 @@ def gateway_steps(ctx: Ctx, workers: int, threads: int) -> None:
             baseline="fsync'd INSERT + COMMIT (unit)",
         )
     )
-    with stack.gunicorn(workers=workers, threads=threads, env=env) as (url, _):
+    with stack.web_server(workers=workers, threads=threads, env=env) as (url, _):
         driver = _StepDriver(url, ctx.token)
         try:
             run_id, epoch = driver.start()  # warm both paths
@@ -278,7 +278,7 @@ def _wire_counts(ctx: Ctx, env: dict[str, str]) -> dict[str, dict[str, int]]:
     }
     out: dict[str, dict[str, int]] = {}
     try:
-        with stack.gunicorn(workers=1, threads=1, env=wire_env) as (url, _):
+        with stack.web_server(workers=1, threads=1, env=wire_env) as (url, _):
             driver = _StepDriver(url, ctx.token)
             try:
                 run_id, epoch = driver.start()

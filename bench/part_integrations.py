@@ -63,7 +63,7 @@ def _tables(md: Path) -> str:
     lines = md.read_text().splitlines()
     body = [line for line in lines if not line.startswith("# ")]
     note = (
-        "Measured by `python -m bench.integrations` inside this invocation (its own gunicorn "
+        "Measured by `python -m bench.integrations` inside this invocation (its own web server "
         "and database; each ratio is one figure of its own run: the p50 over runs of the "
         f"overhead, divided by a bare SDK step measured beside it). From `{md.name}`:"
     )

@@ -1,17 +1,19 @@
-"""Part 8: past one machine. Throughput with 1 and 2 web nodes (gunicorn processes on their own
-ports) through PgBouncer in transaction pooling mode, the CPU each tier spends per step, and how
-far a streaming replica falls behind under that load.
+"""Part 8: past one machine. Throughput with 1 and 2 web nodes (each `python -m config.serve`
+on its own port) through PgBouncer in transaction pooling mode, the CPU each tier spends per
+step, and how far a streaming replica falls behind under that load.
 
 The part builds its own PostgreSQL pair on free ports of the bench's range: a primary (initdb,
 server defaults: fsync on, synchronous_commit on) and a hot standby (pg_basebackup -R,
 asynchronous streaming), with Debian's PgBouncer in front of the primary (pool_mode =
-transaction, default_pool_size 20). Every web node is `gunicorn -w W --threads T` serving the
-committed tree with DATABASE_POOLER=pgbouncer. The load is bench.load's agent runs (a read step
-and a write step alternately) from up to 4 client processes, spread over the nodes by process
-(a client-side balancer). CPU per step is each tier's user+system time (psutil, live processes
-and reaped children) over the steps done: web (every gunicorn), PgBouncer, the primary's
-postgres processes, the standby's; on a 2-core machine that sum, not the node count, sets the
-ceiling: cores × 1000 / (CPU ms per step) steps/s.
+transaction, default_pool_size 20). Every web node is `python -m config.serve --workers W
+--threads T` (granian) serving the committed tree with DATABASE_POOLER=pgbouncer, connected as
+the bench's ordinary role (bench.common.APP_ROLE), so the teams' policies bind it. The load is
+bench.load's agent runs (a read step and a write step alternately) from up to 4 client
+processes, spread over the nodes by process (a client-side balancer). CPU per step is each
+tier's user+system time (psutil, live processes and reaped children) over the steps done: web
+(every node's server), PgBouncer, the primary's postgres processes, the standby's; on a 2-core
+machine that sum, not the node count, sets the ceiling: cores × 1000 / (CPU ms per step)
+steps/s.
 
 Replica lag is sampled every 250 ms during the 2-node runs: on the standby, the query the
 dashboard's banner uses (replay behind receive, in seconds); on the primary, pg_stat_replication's
@@ -37,7 +39,7 @@ import psutil
 import psycopg
 
 from bench import stack
-from bench.common import Figure
+from bench.common import APP_ROLE, Figure
 from bench.context import Ctx
 from bench.part_throughput import _load
 
@@ -117,7 +119,10 @@ def streaming_pair() -> Iterator[dict[str, Any]]:
         with psycopg.connect(
             f"postgresql://root@127.0.0.1:{primary_port}/postgres", autocommit=True
         ) as conn:
-            conn.execute("CREATE DATABASE ledger")
+            # served as the bench's ordinary role, as bench_ledger is (bench.stack): the owner of
+            # the tables, neither a superuser nor BYPASSRLS, so the teams' policies bind it
+            conn.execute(f'CREATE ROLE "{APP_ROLE}" LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEROLE')
+            conn.execute(f'CREATE DATABASE ledger OWNER "{APP_ROLE}"')
         run([str(pg_bin / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary_port),
              "-U", "root", "-D", str(replica), "-R", "-X", "stream", "--checkpoint=fast"])  # fmt: skip
         replica_port = stack.free_port()
@@ -125,8 +130,8 @@ def streaming_pair() -> Iterator[dict[str, Any]]:
             conf.write(f"port = {replica_port}\n")
         run([pg_ctl, "-D", str(replica), "-l", str(folder / "replica.log"), "-w", "start"])
         yield {
-            "primary": f"postgres://root@127.0.0.1:{primary_port}/ledger",
-            "replica": f"postgres://root@127.0.0.1:{replica_port}/ledger",
+            "primary": f"postgres://{APP_ROLE}@127.0.0.1:{primary_port}/ledger",
+            "replica": f"postgres://{APP_ROLE}@127.0.0.1:{replica_port}/ledger",
             "primary_port": primary_port,
             "primary_pid": _postmaster_pid(primary),
             "replica_pid": _postmaster_pid(replica),
@@ -152,7 +157,7 @@ def pgbouncer(upstream_port: int) -> Iterator[tuple[int, int]]:
     folder = Path(tempfile.mkdtemp(prefix="bench-nodes-pgbouncer-"))
     folder.chmod(0o755)
     port = stack.free_port()
-    (folder / "userlist.txt").write_text('"root" ""\n')
+    (folder / "userlist.txt").write_text(f'"{APP_ROLE}" ""\n')
     (folder / "pgbouncer.ini").write_text(
         f"[databases]\n* = host=127.0.0.1 port={upstream_port}\n[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
@@ -167,7 +172,7 @@ def pgbouncer(upstream_port: int) -> Iterator[tuple[int, int]]:
         deadline = time.monotonic() + 10
         while True:
             try:
-                psycopg.connect(f"postgresql://root@127.0.0.1:{port}/ledger").close()
+                psycopg.connect(f"postgresql://{APP_ROLE}@127.0.0.1:{port}/ledger").close()
                 break
             except psycopg.OperationalError:
                 if time.monotonic() > deadline:
@@ -258,12 +263,12 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
         _manage(direct, "migrate", "--noinput")
         token = _manage(direct, "create_worker_token", "bench-nodes").strip().splitlines()[-1]
         pooled = stack.project_env(
-            DATABASE_URL=f"postgres://root@127.0.0.1:{bouncer_port}/ledger",
+            DATABASE_URL=f"postgres://{APP_ROLE}@127.0.0.1:{bouncer_port}/ledger",
             DATABASE_POOLER="pgbouncer",
         )
         with (
-            stack.gunicorn(workers=workers, threads=threads, env=pooled) as (url_a, proc_a),
-            stack.gunicorn(workers=workers, threads=threads, env=pooled) as (url_b, proc_b),
+            stack.web_server(workers=workers, threads=threads, env=pooled) as (url_a, proc_a),
+            stack.web_server(workers=workers, threads=threads, env=pooled) as (url_b, proc_b),
         ):
             for nodes in (1, 2):
                 urls = [url_a, url_b][:nodes]
@@ -327,7 +332,8 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
     cores = psutil.cpu_count() or 2
     res.note(
         "nodes",
-        f"Each web node: gunicorn {workers} workers × {threads} threads (gthread) on its own port, "
+        f"Each web node: granian (python -m config.serve) {workers} workers × {threads} threads on "
+        f"its own port, as the ordinary role {APP_ROLE}, "
         f"DATABASE_POOLER=pgbouncer, through one PgBouncer (transaction pooling, "
         f"default_pool_size {POOL_SIZE}) to the part's own PostgreSQL {pair['version']} primary "
         f"(server defaults, fsync on) streaming asynchronously to a hot standby on the same "

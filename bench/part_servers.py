@@ -1,7 +1,8 @@
 """Part: the web servers and the SDK's HTTP clients, side by side, serving the same hot calls.
 
-Servers: gunicorn (gthread, the production settings: config.wsgi with the lean path in front of
-Django), granian (its WSGI interface, the same config.wsgi) and uvicorn with httptools
+Servers: granian (the product's web server, `python -m config.serve`: its WSGI interface on
+config.wsgi with the lean path in front of Django), gunicorn (gthread, `--preload`: the settings
+production ran before it moved to granian, the same config.wsgi) and uvicorn with httptools
 (config.asgi, where the hot calls go through Django's URL conf to the lean path's first door).
 Each server gets the same processes and threads. Clients (bench/http_clients.py): the worker
 SDK's HttpTransport over urllib3 (the SDK's own), over httpx (the SDK's before), and the floor, the
@@ -14,9 +15,11 @@ runs after them, with the SDK's own client only.
 Per server and client: write and read step p50 and p99, the client's CPU per step (the agent
 process's) and the server's (its process tree's), over the same steps.
 
-granian, httptools and uvloop are bench-only (bench/.venv): the servers run the bench venv's
+gunicorn, httptools and uvloop are bench-only (bench/.venv): those servers run the bench venv's
 interpreter with the served tree and the project's site-packages first on PYTHONPATH, so Django
-and the app are the project's, the server is the bench venv's.
+and the app are the project's, the server is the bench venv's. granian runs as the bench's other
+parts start it (bench.stack.web_server), without its access line per request (WEB_ACCESS_LOG=0),
+as gunicorn runs here.
 
     python -m bench servers --quick --out bench/SERVERS.md     # this part alone, its own file
 """
@@ -38,10 +41,10 @@ from bench.common import BENCH_DB, BENCH_VENV_PY, Figure
 from bench.context import Ctx
 from bench.part_step import _served_json
 
-WSGI_SERVERS = ("gunicorn", "granian")
+WSGI_SERVERS = ("granian", "gunicorn")
 CLIENTS = ("urllib3", "httpx", "http.client")
 SDK_CLIENT = "urllib3"  # the one intentledger uses itself (uvicorn is measured with it alone)
-BASE = ("gunicorn", SDK_CLIENT)  # what the image serves, through what the SDK sends
+BASE = ("granian", SDK_CLIENT)  # what the image serves, through what the SDK sends
 HEALTH_CHECKS = 500  # per repetition
 
 
@@ -51,13 +54,11 @@ def _server_env() -> dict[str, str]:
 
 
 def server_args(name: str, port: int, workers: int, threads: int) -> list[str]:
-    bin_dir = BENCH_VENV_PY.parent
-    if name == "granian":
+    if name == "gunicorn":
         return [
-            str(bin_dir / "granian"), "--interface", "wsgi", "config.wsgi:application",
-            "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-            "--blocking-threads", str(threads), "--no-ws", "--log-level", "warning",
-            "--no-access-log",
+            str(BENCH_VENV_PY), "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}",
+            "-w", str(workers), "--threads", str(threads), "--preload", "--no-control-socket",
+            "--log-level", "warning",
         ]  # fmt: skip
     # one process: one keep-alive client is served by one process anyway, so latency compares
     # equally (and the ASGI app holds no thread per request, so threads have no equivalent).
@@ -71,9 +72,10 @@ def server_args(name: str, port: int, workers: int, threads: int) -> list[str]:
 @contextmanager
 def serving(name: str, workers: int, threads: int) -> Iterator[tuple[str, int]]:
     """(base URL, the server's master pid) while `name` serves the bench database."""
-    if name == "gunicorn":
-        with stack.gunicorn(workers=workers, threads=threads) as (url, master):
-            yield url, master.pid
+    if name == "granian":
+        env = stack.project_env(WEB_ACCESS_LOG="0")
+        with stack.web_server(workers=workers, threads=threads, env=env) as (url, main):
+            yield url, main.pid
         return
     port = stack.free_port()
     proc: subprocess.Popen[bytes] = stack.spawn(
@@ -146,8 +148,8 @@ def _decision(rows: list[dict[str, Any]]) -> str:
             return "–"
         return f"{row[a][key] / row[b][key]:.2f}×"
 
-    urllib3, httpx = ("gunicorn", "urllib3"), ("gunicorn", "httpx")
-    granian = ("granian", SDK_CLIENT)
+    urllib3, httpx = ("granian", "urllib3"), ("granian", "httpx")
+    gunicorn = ("gunicorn", SDK_CLIENT)
     return (
         "**What was decided.** The SDK's client is urllib3's pool (one dependency, as httpx was): "
         "its CPU per step (one call each here) is "
@@ -155,15 +157,16 @@ def _decision(rows: list[dict[str, Any]]) -> str:
         f"{ratio(urllib3, httpx, 'read_client_cpu')} for a read step, with the same "
         "retries, timeouts, TLS checks and environment proxies (tests/intentledger); the "
         "standard library's http.client, the floor, is "
-        f"{ratio(('gunicorn', 'http.client'), urllib3, 'write_client_cpu')} urllib3's "
-        "(it sends headers and body in one write; urllib3 in two). The server stays gunicorn: "
-        f"granian serves the same calls with {ratio(granian, BASE, 'write_server_cpu')} "
-        f"(write) and {ratio(granian, BASE, 'read_server_cpu')} (read) of gunicorn's server CPU "
-        f"per step, at {ratio(granian, BASE, 'write_p50')} / {ratio(granian, BASE, 'read_p50')} "
-        "its write / read p50 (latency drifts with the shared machine's load; CPU much less). "
-        "Moving to it means the image, compose, deploy docs, the test servers and the "
-        "robustness list (graceful restarts, worker recycling, timeouts, JSON access logs, "
-        "header limits) done again on granian: left for a later round, this is the distance."
+        f"{ratio(('granian', 'http.client'), urllib3, 'write_client_cpu')} urllib3's "
+        "(it sends headers and body in one write; urllib3 in two). The server is granian "
+        "(`python -m config.serve`; issue 46 item 4), which serves the same calls with "
+        f"{ratio(BASE, gunicorn, 'write_server_cpu')} (write) and "
+        f"{ratio(BASE, gunicorn, 'read_server_cpu')} (read) of gunicorn's server CPU per step, "
+        f"at {ratio(BASE, gunicorn, 'write_p50')} / {ratio(BASE, gunicorn, 'read_p50')} its "
+        "write / read p50 (latency drifts with the shared machine's load; CPU much less). The "
+        "image, compose, the deploy docs and the test servers run it, with the robustness duties "
+        "gunicorn had (graceful stop and reload, worker recycling, header limits, JSON access "
+        "logs) set in config/serve.py; gunicorn stays here, bench-only, as the measure."
     )
 
 
@@ -233,8 +236,8 @@ def _table(rows: list[dict[str, Any]], workers: int, threads: int) -> str:
     base = next((r for r in rows if (r["server"], r["client"]) == BASE), None)
     lines = [
         "| server | client | write p50 | write p99 | read p50 | read p99 | client CPU / step "
-        "(write, read) | server CPU / step (write, read) | write p50 ÷ gunicorn+urllib3 | "
-        "read p50 ÷ gunicorn+urllib3 |",
+        f"(write, read) | server CPU / step (write, read) | write p50 ÷ {'+'.join(BASE)} | "
+        f"read p50 ÷ {'+'.join(BASE)} |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -250,7 +253,7 @@ def _table(rows: list[dict[str, Any]], workers: int, threads: int) -> str:
             f" | {ratio['write']} | {ratio['read']} |"
         )
     return (
-        f"gunicorn and granian with {workers} processes × {threads} threads, uvicorn one process "
+        f"granian and gunicorn with {workers} processes × {threads} threads, uvicorn one process "
         "(one keep-alive client is served by one process), serving the same tree and database; "
         "both WSGI servers up at once, every (server, client) pair measured once a round, in turn "
         "(the order reversed every other round), so a drifting load falls on every pair alike. The client is the worker SDK's HttpTransport (kept connections) over "
@@ -259,7 +262,7 @@ def _table(rows: list[dict[str, Any]], workers: int, threads: int) -> str:
         "100 B payloads, a write step enforced by the tool (one call: its outcome rides on the "
         "next step's intent), a read step one call. CPU per step: the agent process's "
         "(time.process_time) and the server's process tree's (psutil), over the timed steps "
-        "only. gunicorn: gthread, `--preload` (production's settings); granian: "
-        "`--interface wsgi` on config.wsgi; uvicorn: `--http httptools` on config.asgi.\n\n"
-        + "\n".join(lines)
+        "only. granian: `python -m config.serve` (production's launcher: its WSGI interface "
+        "on config.wsgi), no access log; gunicorn: gthread, `--preload` (production's settings "
+        "before granian); uvicorn: `--http httptools` on config.asgi.\n\n" + "\n".join(lines)
     )

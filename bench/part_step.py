@@ -297,14 +297,14 @@ def _compare(ctx: Ctx, sizes: dict[str, int]) -> None:
         "step",
         "Through the worker SDK (`bench/sdk_steps.py`), p50 per step, same invocation: "
         '`run.tool(effect="write", fn=...)` (intent, the function, outcome) and `run.model` '
-        "(one call), over HTTP (`HttpTransport` → gunicorn) and in-process "
+        "(one call), over HTTP (`HttpTransport` → granian) and in-process "
         "(`runs.inprocess.InProcessTransport`, Django's connection, as Celery-run agents "
         "journal).\n\n" + "\n".join(sdk_rows),
     )
     ctx.results.note(
         "step",
         "Per step, p50, same invocation, same PostgreSQL. The ledger goes through real HTTP "
-        "(httpx → gunicorn → the lean path → one journal-kernel statement per call) from a "
+        "(httpx → granian → the lean path → one journal-kernel statement per call) from a "
         "separate client process; the in-process kernel figures call the same statements without "
         "HTTP; DBOS and LangGraph run in-process (their per-step time is the gap between consecutive step "
         "starts inside one 20-step workflow/graph).\n\n" + "\n".join(rows),
@@ -321,7 +321,7 @@ def _sql_counts(ctx: Ctx) -> None:
     calls: dict[str, list[tuple[int, int]]] = {}
     texts: dict[str, list[str]] = {}
     try:
-        with stack.gunicorn(workers=1, threads=1, env=env) as (url, _proc):
+        with stack.web_server(workers=1, threads=1, env=env) as (url, _proc):
             driver = JournalDriver(url, ctx.token)
             try:
 
@@ -386,7 +386,7 @@ def _sql_counts(ctx: Ctx) -> None:
     ctx.results.extra["sql_texts"] = texts
     ctx.results.note(
         "sql",
-        "Counted on the wire by a proxy between gunicorn (1 worker, 1 thread) and PostgreSQL "
+        "Counted on the wire by a proxy between the web server (1 worker, 1 thread) and PostgreSQL "
         "(`bench/pgcount.py`): a round trip is a simple Query or an extended-protocol Sync; "
         "BEGIN, COMMIT and connection health checks are included. Steady state (the third run "
         "of each call).\n\n" + "\n".join(rows),

@@ -3,7 +3,7 @@ with runs spread over ten teams.
 
     python -m bench.part_teams [--smoke|--quick] [--desk-runs N] [--keep] [--out bench/TEAMS.md]
 
-Serves the ledger with gunicorn as the bench's ordinary role (bench.common.APP_ROLE: neither a
+Serves the ledger with the web server as the bench's ordinary role (bench.common.APP_ROLE: neither a
 superuser nor BYPASSRLS, so the forced policies bind it, as on a managed database), then:
 
 (a) **The hot path with and without row-level security, in the same run.** Steps end to end
@@ -225,7 +225,7 @@ def desk(ctx: Ctx, url: str, runs: int) -> None:
         "teams",
         f"**(b) The desk at {actual:,} runs over {len(slugs)} teams** "
         f"({min(per_team.values()):,} to {max(per_team.values()):,} a team; two steps each, 1% "
-        "in review), pages over HTTP from gunicorn, each person signed in with the supervisor "
+        "in review), pages over HTTP from the web server, each person signed in with the supervisor "
         "and admin roles in their teams (not a superuser: the scope names their teams, and the "
         "forced policies filter every query):\n\n" + "\n".join(rows),
     )
@@ -236,7 +236,7 @@ def run(ctx: Ctx, workers: int, threads: int, desk_runs: int, keep: bool = False
     if not keep:
         stack.reset_journal_tables()
     ctx.token = stack.worker_token()
-    with stack.gunicorn(workers=workers, threads=threads) as (url, _proc):
+    with stack.web_server(workers=workers, threads=threads) as (url, _proc):
         hot_path(ctx, url)
         desk(ctx, url, desk_runs)
 

@@ -1,7 +1,7 @@
 """Part 2: sustained steps/s with 1, 8, 16 and 32 concurrent agent runs, and server CPU per step.
 
 The load comes from separate client processes (bench.load), so the client's GIL does not cap
-the server; CPU per step is the gunicorn processes' user+system time (psutil) divided by the
+the server; CPU per step is the web server processes' user+system time (psutil) divided by the
 steps done. Baseline: committed single-row INSERTs/s with as many connections.
 """
 
@@ -95,7 +95,7 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
         "| concurrent runs | steps/s per repetition | errors | server CPU ms/step |",
         "|---:|---|---:|---:|",
     ]
-    with stack.gunicorn(workers=workers, threads=threads) as (url, proc):
+    with stack.web_server(workers=workers, threads=threads) as (url, proc):
         _load(url, ctx.token, 2, 1.0)  # warm up every worker
         for concurrency in ctx.size["concurrency"]:
             ctx.log(f"throughput: {concurrency} concurrent runs, {reps} × {seconds} s")
@@ -149,7 +149,7 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
                 base.add_rep([data["per_second"]])
     res.note(
         "throughput",
-        f"gunicorn {workers} workers × {threads} threads; each agent run alternates a read step "
+        f"granian {workers} workers × {threads} threads; each agent run alternates a read step "
         "(one call) and a write step (two calls); load from up to 4 client processes on the same "
         "2 cores. The ratio column divides steps/s by raw single-row INSERT commits/s at the same "
         "concurrency (what PostgreSQL alone commits here).\n\n" + "\n".join(rows),

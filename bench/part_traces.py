@@ -1,5 +1,5 @@
 """Part 10: traces (issue 49). The journal's hot path with the trace exporter running beside it
-against without it (interleaved repetitions in the same run, the same gunicorn), and the
+against without it (interleaved repetitions in the same run, the same web server), and the
 exporter's throughput in spans/s to a local OTLP/HTTP sink.
 
 A third figure drops the index the exporter reads events by (runs 0004, `event_xact_idx`) for a
@@ -98,7 +98,7 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
                 baseline=f"hot path, no exporter, {concurrency} concurrent runs",
             )
         )
-        with stack.gunicorn(workers=workers, threads=threads) as (url, _):
+        with stack.web_server(workers=workers, threads=threads) as (url, _):
             _load(url, ctx.token, 2, 1.0)  # warm up every worker
             for rep in range(reps):
                 ctx.log(f"traces: hot path without, then with the exporter ({rep + 1}/{reps})")
@@ -150,7 +150,7 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
             "traces",
             f"Hot path: {concurrency} concurrent agent runs (bench.load, a read and a write step "
             f"in turn), {seconds:g} s per repetition, without and then with "
-            "`manage.py export_traces` running beside gunicorn (the exporter reads the "
+            "`manage.py export_traces` running beside the web server (the exporter reads the "
             "committed journal and sends OTLP/HTTP to a local sink), then with the events' "
             "`event_xact_idx` dropped (what the exporter's commit-order index costs the hot "
             "path; the column's default stays), interleaved. Export: "

@@ -1,6 +1,6 @@
 """Part: 200 callers waiting on `?wait=` while a 20-step agent journals its steps.
 
-The agent writes through gunicorn (the journal's threads); the waiters long-poll the ASGI app
+The agent writes through the web server (granian: the journal's threads); the waiters long-poll the ASGI app
 (`uvicorn config.asgi:application`, one process), as the README says to deploy them. Each rep
 runs a 20-step run without waiters and one with 200 waiters parked on it; the waiters must not
 slow the agent's steps by more than 10 %, and each must be answered within 1 s of the run
@@ -79,7 +79,7 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
     lag = res.add(Figure("waiter answered after the run completed", "ms", target="<= 1000 ms"))
     result = payload_of(100)
     with (
-        stack.gunicorn(workers=workers, threads=threads) as (url, _),
+        stack.web_server(workers=workers, threads=threads) as (url, _),
         stack.uvicorn() as asgi_url,
     ):
         driver = JournalDriver(url, ctx.token)
@@ -113,7 +113,7 @@ def run(ctx: Ctx, workers: int, threads: int) -> None:
     res.note(
         "waiters",
         f"{WAITERS} callers long-polling `?wait=` on the ASGI app (one uvicorn process) while a "
-        f"20-step agent writes through gunicorn: its write step p50 {waited.p50:.2f} ms against "
+        f"20-step agent writes through the web server: its write step p50 {waited.p50:.2f} ms against "
         f"{alone.p50:.2f} ms without them (**{ratio:.2f}×**, target ≤ 1.1×); every waiter "
         f"answered within {max(lag.all) if lag.all else float('nan'):.0f} ms of the run "
         f"completing (p50 {lag.p50:.0f} ms; target ≤ 1000 ms).",

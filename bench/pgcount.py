@@ -1,6 +1,6 @@
 """A counting TCP proxy in front of PostgreSQL: statements and round trips, seen on the wire.
 
-gunicorn is pointed at this proxy (sslmode=disable so the protocol is readable); the proxy
+The web server is pointed at this proxy (sslmode=disable so the protocol is readable); the proxy
 forwards every byte unchanged and parses the frontend messages: a simple Query ('Q') or a Sync
 ('S') ends a round trip; a 'Q' or an Execute ('E') is one statement. BEGIN and COMMIT count too,
 which Django's CaptureQueriesContext would not show.

@@ -1,10 +1,11 @@
-"""Where a worker call's time goes: py-spy sampling a gunicorn worker under a steady load.
+"""Where a worker call's time goes: py-spy sampling a web server worker under a steady load.
 
     python -m bench.profile [--calls N] [--kind write|read]
 
-py-spy (bench/.venv) attaches to a single-worker, single-thread gunicorn while this process
-drives 20-step runs; the collapsed stacks are folded into inclusive shares of the frames that
-matter (DRF validation, the services, SQL round trips, JSON, middleware).
+py-spy (bench/.venv) attaches to the worker process of a single-worker, single-thread web server
+(granian, `python -m config.serve`) while this process drives 20-step runs; the collapsed stacks
+are folded into inclusive shares of the frames that matter (DRF validation, the services, SQL
+round trips, JSON, middleware).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from bench import stack
 from bench.client import JournalDriver
@@ -47,14 +50,15 @@ BUCKETS = [
     ("Django ORM SQL compilation", "as_sql (django/db/models/sql/compiler.py"),
     ("connection health check", "is_usable (django/db/backends/postgresql/base.py"),
     ("middleware (outside the view)", "__call__ (django/utils/deprecation.py"),
-    ("gunicorn request handling", "handle_request (gunicorn/workers/"),
+    # granian calls the app from here (its HTTP handling is Rust, outside Python's frames)
+    ("granian request handling", "_runner (granian/wsgi.py"),
 ]
 
 
 def profile(token: str, *, kind: str = "write", seconds: float = 8.0) -> dict[str, Any]:
     WORK.mkdir(parents=True, exist_ok=True)
     out_file = WORK / f"pyspy-{kind}.txt"
-    with stack.gunicorn(workers=1, threads=1) as (url, proc):
+    with stack.web_server(workers=1, threads=1) as (url, proc):
         worker_pid = _worker_pid(proc.pid)
         driver = JournalDriver(url, token)
         stop = threading.Event()
@@ -108,14 +112,16 @@ def profile(token: str, *, kind: str = "write", seconds: float = 8.0) -> dict[st
     return {"calls": calls, **fold(out_file)}
 
 
-def _worker_pid(master: int) -> int:
+def _worker_pid(main: int) -> int:
+    """The web server's worker: granian forks each from its main process, so a worker is a
+    child with the main's command line (a helper multiprocessing may start has its own)."""
+    server = psutil.Process(main)
     for _ in range(50):
-        children = Path(f"/proc/{master}/task/{master}/children")
-        pids = children.read_text().split() if children.exists() else []
-        if pids:
-            return int(pids[0])
+        workers = [c for c in server.children() if c.cmdline() == server.cmdline()]
+        if workers:
+            return workers[0].pid
         time.sleep(0.1)
-    raise RuntimeError("no gunicorn worker found")
+    raise RuntimeError("no web server worker found")
 
 
 def fold(path: Path) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from bench.results import Results, figure_table, fmt
 
 TITLES = {
     "baseline": "Baseline of this invocation",
-    "step": "1. Per-step overhead (real HTTP, gunicorn, PostgreSQL fsync on)",
+    "step": "1. Per-step overhead (real HTTP, granian, PostgreSQL fsync on)",
     "sql": "1b. SQL statements and round trips per worker call",
     "servers": "1c. Web servers side by side (the SDK over HTTP)",
     "throughput": "2. Throughput",
@@ -38,7 +38,7 @@ machine drift between runs (other work shares the cores), ratios drift much less
 
 def write_report(results: Results, path: Path) -> None:
     machine = results.extra.get("machine", {})
-    gun = results.extra.get("gunicorn", {})
+    web = results.extra.get("web_server", {})
     pg = results.extra.get("postgres_settings", {})
     argv = " ".join(results.extra.get("argv", ["python", "-m", "bench"]))
     lines = [
@@ -55,8 +55,9 @@ def write_report(results: Results, path: Path) -> None:
         f"load average at start {machine.get('loadavg_at_start')}",
         f"- PostgreSQL {results.versions.get('postgresql', '?')} on the same machine, fsync "
         f"`{pg.get('fsync', '?')}`, synchronous_commit `{pg.get('synchronous_commit', '?')}` (server defaults)",
-        f"- gunicorn {results.versions.get('gunicorn', '?')}: {gun.get('workers')} workers × "
-        f"{gun.get('threads')} threads (gthread), DEBUG off; clients and database on the same 2 cores",
+        f"- granian {results.versions.get('granian', '?')} (`python -m config.serve`): "
+        f"{web.get('workers')} workers × {web.get('threads')} threads, DEBUG off; clients and "
+        "database on the same 2 cores",
         "- versions: "
         + ", ".join(f"{k} {v}" for k, v in sorted(results.versions.items()) if k != "postgresql"),
         "",
@@ -72,7 +73,7 @@ def write_report(results: Results, path: Path) -> None:
         "The first run creates `bench/.venv` (DBOS, LangGraph, py-spy, pyinstrument: bench only, never "
         "project dependencies) and the databases `bench_ledger`, `bench_raw`, `bench_dbos_sys`, "
         "`bench_langgraph` on `127.0.0.1:5432` (override with `BENCH_PG_HOST/PORT/USER`, `BENCH_DB`). "
-        "gunicorn listens on a free port in 8600–8699 and is stopped by process group at the end.",
+        "The web server listens on a free port and is stopped by process group at the end.",
         "",
         METHOD,
     ]

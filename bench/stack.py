@@ -1,4 +1,4 @@
-"""The real stack for a bench run: the bench database, gunicorn, a worker token.
+"""The real stack for a bench run: the bench database, the web server, a worker token.
 
 Every process started here runs in its own session (process group) and is registered, so
 `stop_all()` (called from a finally block in `bench.__main__`) leaves nothing behind.
@@ -224,26 +224,22 @@ def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: fl
     wait_for_http(url, timeout=timeout, proc=proc)
 
 
-def gunicorn_args(port: int, workers: int, threads: int) -> list[str]:
-    # no access log, as the image runs gunicorn (scripts/container-entrypoint): one written to
-    # /dev/null still formats every request's line in the worker
-    access_log = ["--access-logfile", "-"] if os.environ.get("BENCH_ACCESS_LOG") else []
-    return [
-        *processes.gunicorn_args(port, workers=workers, threads=threads),
-        *access_log,
-        "--log-level",
-        "warning",
-    ]
+def web_server_args(port: int, workers: int, threads: int) -> list[str]:
+    """The product's web server (`python -m config.serve`: granian serving config.wsgi), as the
+    image starts it; its other settings are the launcher's defaults unless WEB_* variables in the
+    environment say otherwise (WEB_ACCESS_LOG=0: no access line per request)."""
+    return processes.web_server_args(port, workers=workers, threads=threads)
 
 
 @contextmanager
-def gunicorn(
+def web_server(
     *, workers: int = 2, threads: int = 4, env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """gunicorn serving config.wsgi against the bench database; yields (base URL, process)."""
+    """The product's web server on the bench database; yields (base URL, its main process:
+    the workers are its child processes)."""
     port = free_port()
     proc = spawn(
-        gunicorn_args(port, workers, threads), log_name=f"gunicorn-{port}", env=env or project_env()
+        web_server_args(port, workers, threads), log_name=f"web-{port}", env=env or project_env()
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -266,12 +262,6 @@ def uvicorn(*, env: dict[str, str] | None = None) -> Iterator[str]:
         yield url
     finally:
         stop(proc)
-
-
-def gunicorn_command(workers: int, threads: int) -> str:
-    return " ".join(gunicorn_args(8600, workers, threads)[1:]).replace(
-        str(Path(sys.executable)), "python"
-    )
 
 
 def ensure_policy(agent: str, *, max_steps: int, max_recoveries: int) -> None:

@@ -29,10 +29,10 @@ from tests.database import (
 from tests.processes import (  # noqa: F401  (names other test modules import from here)
     ROOT,
     free_port,
-    gunicorn_server,
     stop_process,
     test_database_url,
     wait_for_http,
+    web_server,
 )
 
 # the session, and every server and worker it starts, connect as an ordinary role (neither a
@@ -72,11 +72,12 @@ def make_policy(db: Any) -> Callable[..., BudgetPolicy]:
 
 @pytest.fixture(scope="session")
 def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
-    """A real gunicorn against the test database, for the whole session.
+    """The product's web server (`python -m config.serve`) on the test database, for the whole
+    session.
 
     Tests that talk to it must use `transactional_db` so what they write is committed.
     """
-    with gunicorn_server() as url:
+    with web_server() as url:
         yield url
 
 

@@ -9,7 +9,7 @@ and says how many: a fixture that starts a server declares what it holds at most
 `PROCESS_TEST`. Before such a test starts, its process reserves that many in a ledger shared by
 the run's processes (a JSON file under an exclusive `flock`), and waits while the others'
 reservations leave too few. The reservation ends with the test, or `LINGER` seconds later when
-the test used a server of a wider scope (a session's gunicorn keeps an idle connection until
+the test used a server of a wider scope (a session's web server keeps an idle connection until
 PostgreSQL ends it: tests/processes.py, WEB_IDLE_SESSION_SECONDS); the process's next test on
 that server takes it over. A process that dies holding a reservation loses it to the next
 process that reads the ledger.
@@ -39,7 +39,7 @@ from tests.processes import LOGS, WEB_IDLE_SESSION_SECONDS, test_database_url
 F = TypeVar("F", bound=Callable[..., Any])
 
 BASE = 2
-PROCESS_TEST = 8  # a gunicorn of the default 2 workers x 4 threads
+PROCESS_TEST = 8  # a web server of the default 2 workers x 4 threads, a connection a thread
 LINGER = WEB_IDLE_SESSION_SECONDS + 0.5
 POLL_SECONDS = 0.1
 

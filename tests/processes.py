@@ -1,4 +1,4 @@
-"""The real processes the tests start, in one place: gunicorn, a Celery worker, an SMTP sink,
+"""The real processes the tests start, in one place: the web server, a Celery worker, an SMTP sink,
 free ports, and the Redis database this test process may use.
 
 - Ports come from the OS (bind to port 0), never from a hand-kept range.
@@ -252,59 +252,46 @@ def server_env(
     return env
 
 
-def gunicorn_args(port: int, *, workers: int = 2, threads: int = 4, timeout: int = 30) -> list[str]:
-    """gunicorn serving config.wsgi on 127.0.0.1:`port` (gthread workers when threads > 1)."""
+def web_server_args(port: int, *, workers: int = 2, threads: int = 4) -> list[str]:
+    """The product's web server, as production starts it (`python -m config.serve`: granian
+    serving config.wsgi), on 127.0.0.1:`port` with `workers` processes of `threads` threads."""
     return [
         sys.executable,
         "-m",
-        "gunicorn",
-        "config.wsgi",
-        "-b",
-        f"127.0.0.1:{port}",
-        "-w",
+        "config.serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
         str(workers),
         "--threads",
         str(threads),
-        "--timeout",
-        str(timeout),
-        # Django is imported once in the master and forked, not once per worker: about a third
-        # less CPU per start, and the suite starts dozens
-        "--preload",
-        # gunicorn's control socket is one path per user by default, which the suite's concurrent
-        # servers would take from each other
-        "--no-control-socket",
     ]
 
 
-def start_gunicorn(
+def start_web_server(
     *,
     port: int | None = None,
     env: dict[str, str] | None = None,
     workers: int = 2,
     threads: int = 4,
-    timeout: int = 30,
-    log_name: str = "gunicorn",
+    log_name: str = "web",
     ready_path: str = "/api/v1/schema/",
     own_group: bool = False,
 ) -> tuple[str, subprocess.Popen[bytes]]:
-    """Start a real gunicorn serving the project on the test database and wait until it answers;
-    returns (base URL, process). `env` is added to `server_env()`."""
+    """Start the product's web server (`python -m config.serve`) on the test database and wait
+    until it answers; returns (base URL, process). `env` is added to `server_env()`."""
     port = port or free_port()
     proc = spawn(
-        # stopped, it ends its workers at once: a graceful stop waited up to 2 s for kept-alive
-        # connections and the workers' 1 s poll, at each of the suite's many gunicorn teardowns
-        [
-            *gunicorn_args(port, workers=workers, threads=threads, timeout=timeout),
-            "--graceful-timeout",
-            "0",
-        ],
+        web_server_args(port, workers=workers, threads=threads),
         log_name=f"{log_name}-{port}",
         env=server_env(env, keep_connections=True),
         own_group=own_group,
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        # generous: on a shared 2-core machine under load, gunicorn's workers may take a minute
+        # generous: on a shared 2-core machine under load, the workers may take a minute
         wait_for_http(f"{url}{ready_path}", timeout=STARTUP_TIMEOUT, proc=proc)
     except BaseException:
         stop_process(proc)
@@ -313,25 +300,23 @@ def start_gunicorn(
 
 
 @contextmanager
-def gunicorn_process(
+def web_server_process(
     *,
     port: int | None = None,
     env: dict[str, str] | None = None,
     workers: int = 2,
     threads: int = 4,
-    timeout: int = 30,
-    log_name: str = "gunicorn",
+    log_name: str = "web",
     own_group: bool = False,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A real gunicorn for the block; yields its base URL and its master process. `own_group`:
-    the master leads its own process group, so a test can SIGKILL the whole node (master and
-    workers) the way a machine dies."""
-    url, proc = start_gunicorn(
+    """The product's web server for the block; yields its base URL and its main process.
+    `own_group`: the main process leads its own process group, so a test can SIGKILL the whole
+    node (main process and workers) the way a machine dies."""
+    url, proc = start_web_server(
         port=port,
         env=env,
         workers=workers,
         threads=threads,
-        timeout=timeout,
         log_name=log_name,
         own_group=own_group,
     )
@@ -342,18 +327,17 @@ def gunicorn_process(
 
 
 @contextmanager
-def gunicorn_server(
+def web_server(
     *,
     port: int | None = None,
     env: dict[str, str] | None = None,
     workers: int = 2,
     threads: int = 4,
-    timeout: int = 30,
-    log_name: str = "gunicorn",
+    log_name: str = "web",
 ) -> Iterator[str]:
-    """A real gunicorn against the test database for the block; yields its base URL."""
-    with gunicorn_process(
-        port=port, env=env, workers=workers, threads=threads, timeout=timeout, log_name=log_name
+    """The product's web server on the test database for the block; yields its base URL."""
+    with web_server_process(
+        port=port, env=env, workers=workers, threads=threads, log_name=log_name
     ) as (url, _proc):
         yield url
 

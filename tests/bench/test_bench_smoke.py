@@ -51,7 +51,7 @@ def test_bench_smoke_tier_writes_results_from_real_samples_and_leaves_no_process
     }
     env.pop("TEST_DATABASE_NAME", None)
     proc = subprocess.run(
-        # one gunicorn worker with two threads: the smoke tier checks the machinery, not figures
+        # one web server worker with two threads: the smoke tier checks the machinery, not figures
         [sys.executable, "-m", "bench", "all", "--smoke", *FRUGAL, "--out", str(out)],
         cwd=ROOT,
         env=env,

@@ -1,6 +1,6 @@
-"""Run actions against real agent processes: a gunicorn ledger, the support agent, SMTP, Chromium.
+"""Run actions against real agent processes: a web server ledger, the support agent, SMTP, Chromium.
 
-The admin acts in the browser on the same gunicorn the agents talk to.
+The admin acts in the browser on the same web server the agents talk to.
 """
 
 import json

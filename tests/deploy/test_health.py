@@ -1,4 +1,4 @@
-"""The probes a load balancer or an orchestrator asks, through a real gunicorn: `/healthz` answers
+"""The probes a load balancer or an orchestrator asks, through the product's web server: `/healthz` answers
 while the process serves, `/readyz` says 200 only when the database and the broker answer and
 every migration is applied, and names what is missing otherwise."""
 
@@ -13,16 +13,16 @@ import httpx
 import pytest
 
 from tests.deploy.databases import fresh_database
-from tests.processes import ROOT, free_port, server_env, start_gunicorn, stop_process
+from tests.processes import ROOT, free_port, server_env, start_web_server, stop_process
 
 pytestmark = pytest.mark.slow
 
 
 @contextmanager
 def ledger_web(**env: str) -> Iterator[str]:
-    """A real gunicorn (one worker) on the test database and this process's Redis unless `env`
+    """The web server (one worker) on the test database and this process's Redis unless `env`
     says otherwise; yields its base URL."""
-    url, proc = start_gunicorn(env=env, workers=1, threads=2, ready_path="/healthz")
+    url, proc = start_web_server(env=env, workers=1, threads=2, ready_path="/healthz")
     try:
         yield url
     finally:

@@ -1,5 +1,5 @@
 """Approvals on the SDK's main tool call: `run.tool("email.send", ...)` without `fn=`, the
-one-call gateway step (`"invoke": true`), against a real ledger (gunicorn + PostgreSQL).
+one-call gateway step (`"invoke": true`), against a real ledger (the web server + PostgreSQL).
 
 Held by an approval rule, the one-call step answers 202 `awaiting_approval` (as the three-call
 form does); the SDK waits for the decision and then runs the tool once, or raises

@@ -1,4 +1,4 @@
-"""The SDK and approvals, against a real ledger (gunicorn + PostgreSQL).
+"""The SDK and approvals, against a real ledger (the web server + PostgreSQL).
 
 A write step an approval rule holds makes `run.tool` wait (a long poll; the heartbeat keeps the
 lease) and run the tool once approved; a denial raises ApprovalDenied, which the agent may catch

@@ -1,4 +1,4 @@
-"""The worker SDK against a real ledger (gunicorn + PostgreSQL): journalling, replay, fencing."""
+"""The worker SDK against a real ledger (the web server + PostgreSQL): journalling, replay, fencing."""
 
 import contextlib
 import contextvars

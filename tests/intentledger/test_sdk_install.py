@@ -28,7 +28,15 @@ INTEGRATIONS = tuple(
     f"intentledger.integrations.{name}"
     for name in ("openai_agents", "pydantic_ai", "langgraph", "mcp")
 )
-SERVER_ONLY = {"django", "djangorestframework", "celery", "gunicorn", "psycopg", "whitenoise"}
+SERVER_ONLY = {
+    "django",
+    "djangorestframework",
+    "celery",
+    "granian",
+    "gunicorn",
+    "psycopg",
+    "whitenoise",
+}
 
 
 def clean_env() -> dict[str, str]:

@@ -28,13 +28,13 @@ import pytest
 
 from runs.models import BudgetPolicy
 from runs.tokens import worker_token_create
+from tests import processes
 from tests.connection_budget import holds_connections
 from tests.processes import (
     ROOT,  # noqa: F401  (the suite's modules import it from here)
     SmtpSink,
     celery_app_on,
     free_port,
-    gunicorn_server,
     redis_db,
     redis_url,
     smtp_sink,
@@ -112,19 +112,18 @@ stop = stop_process
 
 SERVER_WORKERS = 2
 SERVER_THREADS = 8
-# what this suite's gunicorn holds at most: a connection per thread (tests/connection_budget.py)
+# what this suite's web server holds at most: a connection per blocking thread, each keeping
+# its own (tests/connection_budget.py)
 SERVER_CONNECTIONS = SERVER_WORKERS * SERVER_THREADS
 
 
 @contextmanager
-def gunicorn(*, env: dict[str, str] | None = None, workers: int = SERVER_WORKERS) -> Iterator[str]:
-    """A real gunicorn on the test database; yields its URL."""
-    with gunicorn_server(
-        env=env,
-        workers=workers,
-        threads=SERVER_THREADS,
-        timeout=60,
-        log_name="reliability-gunicorn",
+def web_server(
+    *, env: dict[str, str] | None = None, workers: int = SERVER_WORKERS
+) -> Iterator[str]:
+    """The product's web server on the test database, 8 threads a worker; yields its URL."""
+    with processes.web_server(
+        env=env, workers=workers, threads=SERVER_THREADS, log_name="reliability-web"
     ) as url:
         yield url
 
@@ -141,12 +140,12 @@ def celery_on_redis_db7() -> Iterator[None]:
 @pytest.fixture(scope="session")
 @holds_connections(SERVER_CONNECTIONS)
 def ledger_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
-    """This suite's own gunicorn (8 threads a worker) on the test database; yields its base URL.
+    """This suite's own web server (8 threads a worker) on the test database; yields its base URL.
 
     Overrides tests/conftest.py's fixture of the same name. Tests that use it need
     `transactional_db`.
     """
-    with gunicorn() as url:
+    with web_server() as url:
         yield url
 
 
@@ -171,7 +170,7 @@ class Stack:
 def mail_stack(
     transactional_db: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Stack]:
-    """A gunicorn whose email backend talks to a local SMTP sink; a token, the support policy
+    """A web server whose email backend talks to a local SMTP sink; a token, the support policy
     (20 steps, 10 recoveries) and a small knowledge base."""
     from tools.models import KnowledgeArticle
 
@@ -199,5 +198,5 @@ def mail_stack(
         }
         # 2 workers x 8 threads: a burst (the races test's 100 threads) holds 16 connections,
         # which leaves room for the rest of the session in 40
-        with gunicorn(env=env) as url:
+        with web_server(env=env) as url:
             yield Stack(url=url, token=token, smtp=sink, smtp_port=sink.port, workdir=tmp_path)

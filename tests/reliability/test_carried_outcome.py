@@ -1,6 +1,6 @@
 """Kill tests at each crash point a carried outcome adds (docs/design-notes.md): a real worker
 process, SIGKILLed there, replaced by another under the same name against a real ledger
-(gunicorn + PostgreSQL). The writes are enforced by their tool, so whatever the point, each
+(the web server + PostgreSQL). The writes are enforced by their tool, so whatever the point, each
 effect happens once and no step goes to review."""
 
 import subprocess

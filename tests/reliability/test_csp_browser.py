@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.reliability.conftest import gunicorn
+from tests.reliability.conftest import web_server
 
 pytestmark = pytest.mark.browser
 
@@ -23,7 +23,7 @@ CHROMIUM = "/usr/bin/chromium"
 
 @pytest.fixture
 def dashboard(transactional_db: Any) -> Iterator[str]:
-    with gunicorn(env={"SECURE_COOKIES": "0"}) as url:
+    with web_server(env={"SECURE_COOKIES": "0"}) as url:
         yield url
 
 

@@ -1,7 +1,7 @@
 """50 concurrent invokes per idempotency key across 20 keys, through the real gateway and SMTP.
 
 Ten keys create tickets and ten send email; the 1000 requests are shuffled and fired from 100
-threads at a live gunicorn. Every key must produce exactly one effect (one Ticket row, one
+threads at a live web server. Every key must produce exactly one effect (one Ticket row, one
 OutboundEmail row, one SMTP message), every success must carry the same result, and the others
 must be the documented 409 `idempotency_in_progress` (never a 5xx, never a second effect).
 The keys are free-form (a caller that is not an agent): the token has the `tools:direct` scope.
@@ -65,9 +65,9 @@ def test_fifty_concurrent_invokes_per_key_across_twenty_keys_make_one_effect_eac
         try:
             response = send()
         except (httpx.ReadError, httpx.RemoteProtocolError):
-            # gunicorn closed this kept-alive connection (idle past its 2 s keep-alive) as the
-            # request went out, as any HTTP client meets now and then; the key makes sending it
-            # again safe, and a client does just that
+            # the server closed this kept-alive connection (an idle one it let go) as the request
+            # went out, as any HTTP client meets now and then; the key makes sending it again
+            # safe, and a client does just that
             resent.append(key)
             response = send()
         body = response.json()

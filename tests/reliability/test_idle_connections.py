@@ -22,7 +22,7 @@ import pytest
 from django.db import connection
 
 from tests.processes import WEB_IDLE_SESSION_SECONDS
-from tests.reliability.conftest import SERVER_CONNECTIONS, gunicorn
+from tests.reliability.conftest import SERVER_CONNECTIONS, web_server
 from tests.reliability.helpers import Worker
 
 pytestmark = [
@@ -103,7 +103,7 @@ def _until_none_held(server: str, *, within: float) -> None:
 def test_a_server_with_conn_max_age_0_holds_no_connection_after_hot_worker_calls(
     raw_token: str, transactional_db: Any
 ) -> None:
-    with gunicorn(env={"DATABASE_CONN_MAX_AGE": "0"}) as server:
+    with web_server(env={"DATABASE_CONN_MAX_AGE": "0"}) as server:
         _hot_calls(server, raw_token)
         # every answer is sent; a Django request closes its connection just after its response
         _until_none_held(server, within=30)

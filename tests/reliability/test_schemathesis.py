@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every operation in /api/v1/schema/ against a live gunicorn.
+"""Property-based fuzzing of every operation in /api/v1/schema/ against the live web server.
 
 For each operation schemathesis generates valid (positive) and invalid (negative) requests from
 the OpenAPI schema, sent with a valid worker token. Half of the cases that name a run are pointed

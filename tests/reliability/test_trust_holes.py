@@ -294,7 +294,7 @@ def test_a_direct_token_cannot_plant_a_key_in_the_form_of_a_future_journal_step(
 
 
 @pytest.mark.django_db(transaction=True)  # the door closes its connection after each answer
-def test_the_gunicorn_door_answers_another_agents_run_as_a_run_that_does_not_exist(
+def test_the_wsgi_door_answers_another_agents_run_as_a_run_that_does_not_exist(
     api: APIClient,
 ) -> None:
     """The lean calls are answered before Django (runs.hotpath.HotPathWSGI): same scopes."""

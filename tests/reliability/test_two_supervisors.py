@@ -1,7 +1,7 @@
 """Two supervisors resolve the same "maybe sent" step at the same instant: one decision, ever.
 
 At the service level (two threads, two database connections, review_step_resolve) and over HTTP
-(two logged-in sessions posting the dashboard's resolve form to a live gunicorn). Whatever the
+(two logged-in sessions posting the dashboard's resolve form to a live web server). Whatever the
 interleaving: exactly one resolution, one `step_resolved` event, one audit entry, and the other
 supervisor is told who already decided.
 """
@@ -17,10 +17,10 @@ from django.test import Client
 
 from runs.api_errors import ApplicationError
 from runs.models import Event, Step
-from tests.reliability.conftest import SERVER_CONNECTIONS, gunicorn
+from tests.reliability.conftest import SERVER_CONNECTIONS, web_server
 from tests.reliability.helpers import all_at_once
 
-pytestmark = pytest.mark.pg_connections(SERVER_CONNECTIONS)  # the gunicorn it starts
+pytestmark = pytest.mark.pg_connections(SERVER_CONNECTIONS)  # the web server it starts
 
 ROUNDS = 8
 
@@ -92,8 +92,8 @@ def test_two_supervisors_resolving_at_once_through_the_service_make_one_decision
 
 @pytest.fixture
 def dashboard_url(transactional_db: Any) -> Iterator[str]:
-    """A live gunicorn whose cookies work over plain HTTP (SECURE_COOKIES=0, as behind TLS)."""
-    with gunicorn(env={"SECURE_COOKIES": "0"}) as url:
+    """A live web server whose cookies work over plain HTTP (SECURE_COOKIES=0, as behind TLS)."""
+    with web_server(env={"SECURE_COOKIES": "0"}) as url:
         yield url
 
 

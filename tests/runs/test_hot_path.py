@@ -87,7 +87,7 @@ def test_the_kernels_answers_match_what_is_stored(api: APIClient) -> None:
 
 
 @pytest.mark.slow
-def test_through_gunicorn_the_lean_path_answers_steps_and_hands_bad_input_to_the_api_view(
+def test_through_the_web_server_the_lean_path_answers_steps_and_hands_bad_input_to_the_api_view(
     transactional_db: Any, ledger_server: str
 ) -> None:
     from runs.tokens import worker_token_create

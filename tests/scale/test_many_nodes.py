@@ -14,20 +14,20 @@ from runs.authentication import hash_token
 from runs.chain import run_chain_breaks
 from runs.models import Run, WorkerToken
 from runs.tokens import worker_token_create, worker_token_revoke
-from tests.processes import start_gunicorn, stop_process
+from tests.processes import start_web_server, stop_process
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def two_nodes(django_db_setup: Any) -> Iterator[tuple[str, str]]:
-    """Two gunicorn web nodes (2 worker processes each) on the one test database, started side by
+    """Two web nodes (2 worker processes each) on the one test database, started side by
     side, for the module: they keep nothing between requests but the token cache. The tests take
     `transactional_db`, so what they write is committed."""
     with ThreadPoolExecutor(max_workers=2) as starting:
         started = list(
             starting.map(
-                lambda name: start_gunicorn(workers=2, threads=2, log_name=name),
+                lambda name: start_web_server(workers=2, threads=2, log_name=name),
                 ("node-a", "node-b"),
             )
         )

@@ -33,7 +33,7 @@ from runs.models import Event, Run, Step
 from runs.services.enforcement import runs_reap_expired_leases, runs_redispatch_idle
 from runs.vocabulary import EventType
 from support_agent.support import ticket_input
-from tests.processes import celery_app_on, gunicorn_process, redis_url, stop_celery_worker
+from tests.processes import celery_app_on, redis_url, stop_celery_worker, web_server_process
 from tests.scale.helpers import RoundRobinBalancer
 from tests.support_agent.fixtures import (
     SmtpSink,
@@ -110,11 +110,11 @@ def test_one_web_node_and_one_worker_node_killed_mid_run_lose_nothing_and_double
     customers = [f"nodes-{tag}-{i}@example.com" for i in range(RUNS)]
     workers = []
     with (
-        gunicorn_process(env=web_env, workers=2, threads=4, own_group=True, log_name="web-a") as (
+        web_server_process(env=web_env, workers=2, threads=4, own_group=True, log_name="web-a") as (
             node_a,
             web_a,
         ),
-        gunicorn_process(env=web_env, workers=2, threads=4, own_group=True, log_name="web-b") as (
+        web_server_process(env=web_env, workers=2, threads=4, own_group=True, log_name="web-b") as (
             node_b,
             _web_b,
         ),

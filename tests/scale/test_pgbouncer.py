@@ -2,7 +2,7 @@
 
 PgBouncer hands each transaction to whichever server connection is free, so anything kept in a
 session (a prepared statement, a SET, a WITH HOLD cursor, a session advisory lock) would break.
-Here gunicorn's 8 threads share 3 server connections while agents journal, use the gateway,
+Here the web server's 8 threads share 3 server connections while agents journal, use the gateway,
 recover from an expired lease, a supervisor browses the dashboard and verify_journal reads every
 chain through the pooler.
 """
@@ -24,7 +24,7 @@ from runs import clock
 from runs.chain import run_chain_breaks
 from runs.models import Run, Step
 from runs.tokens import worker_token_create
-from tests.conftest import ROOT, gunicorn_server
+from tests.conftest import ROOT, web_server
 from tests.review.factories import user_in
 from tests.scale.helpers import PGBOUNCER, log_in, pgbouncer
 
@@ -44,13 +44,13 @@ def pgbouncer_port() -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def pooled_server(django_db_setup: Any, pgbouncer_port: int) -> Iterator[str]:
-    """gunicorn on the pooler, one for the module (it keeps nothing between requests); the tests
+    """The web server on the pooler, one for the module (it keeps nothing between requests); the tests
     that use it take `transactional_db`, so what they write is committed."""
     settings = connection.settings_dict
     url = f"postgres://{settings['USER']}@127.0.0.1:{pgbouncer_port}/{settings['NAME']}"
     # plain HTTP on loopback: the session and CSRF cookies may not be Secure-only here
     env = {"DATABASE_URL": url, "DATABASE_POOLER": "pgbouncer", "SECURE_COOKIES": "0"}
-    with gunicorn_server(env=env, workers=2, threads=4, log_name="pgbouncer-gunicorn") as base:
+    with web_server(env=env, workers=2, threads=4, log_name="pgbouncer-web") as base:
         yield base
 
 

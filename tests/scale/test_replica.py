@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from teams.scope import EVERY_TEAM_SESSION_OPTIONS
-from tests.conftest import ROOT, free_port, gunicorn_server
+from tests.conftest import ROOT, free_port, web_server
 from tests.scale.helpers import log_in
 
 BINS = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
@@ -144,7 +144,7 @@ def test_the_dashboard_reads_the_replica_and_says_when_it_lags(
     manage("createsuperuser", "--noinput", "--username", "boss", "--email", "boss@example.com")
 
     with (
-        gunicorn_server(env=env, log_name="replica-gunicorn") as base,
+        web_server(env=env, log_name="replica-web") as base,
         httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as api,
         httpx.Client(base_url=base, follow_redirects=True) as browser,
     ):

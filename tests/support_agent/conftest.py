@@ -1,4 +1,4 @@
-"""Real processes for the recovery tests: a gunicorn ledger that mails through a local aiosmtpd,
+"""Real processes for the recovery tests: a web server ledger that mails through a local aiosmtpd,
 agent worker processes we SIGKILL, and a Celery worker on Redis DB 2.
 
 Ports come from this suite's range (8200-8299).

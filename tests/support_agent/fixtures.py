@@ -1,5 +1,5 @@
 """The support agent's real stack, shared by every suite that runs agents (agents, console): a
-gunicorn ledger that mails through a local aiosmtpd, and the desk that starts agent processes.
+web server ledger that mails through a local aiosmtpd, and the desk that starts agent processes.
 
 A plain module, not a conftest: the root conftest registers its fixtures once, so the session's
 SMTP sink and ledger server (ports from the OS, this process's own Redis database) exist once,
@@ -25,9 +25,9 @@ from runs.tokens import worker_token_create
 from tests.processes import (
     ROOT,
     SmtpSink,
-    gunicorn_server,
     redis_url,
     start_celery_worker,
+    web_server,
 )
 from tests.processes import smtp_sink as smtp_sink_running
 from tools.models import KnowledgeArticle, OutboundEmail, Ticket
@@ -45,9 +45,9 @@ def smtp_sink() -> Iterator[SmtpSink]:
 def agent_ledger_url(
     django_db_setup: Any, django_db_blocker: Any, smtp_sink: SmtpSink
 ) -> Iterator[str]:
-    """gunicorn on the test database whose email backend talks to the local SMTP sink."""
+    """The web server on the test database whose email backend talks to the local SMTP sink."""
     env = {**smtp_sink.mail_env(), "CELERY_BROKER_URL": REDIS_URL}
-    with gunicorn_server(env=env, log_name="agents-gunicorn") as url:
+    with web_server(env=env, log_name="agents-web") as url:
         yield url
 
 

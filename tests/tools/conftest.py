@@ -1,4 +1,4 @@
-"""Tool-side fixtures: a local SMTP server (aiosmtpd), a gunicorn pointed at it, a killable one.
+"""Tool-side fixtures: a local SMTP server (aiosmtpd), a web server pointed at it, a killable one.
 
 Ports come from the OS; any broker is this test process's own Redis database (tests/processes.py).
 """
@@ -12,7 +12,14 @@ from rest_framework.test import APIClient
 
 from runs.tokens import worker_token_create
 from tests.conftest import ROOT, test_database_url, wait_for_http  # noqa: F401
-from tests.processes import SmtpSink, free_port, redis_url, smtp_sink, start_gunicorn, stop_process
+from tests.processes import (
+    SmtpSink,
+    free_port,
+    redis_url,
+    smtp_sink,
+    start_web_server,
+    stop_process,
+)
 from tests.tools import fixture_tools
 
 BROKER_URL = redis_url()
@@ -51,13 +58,13 @@ def server_env_for(smtp_port: int) -> dict[str, str]:
     }
 
 
-def _gunicorn(*, workers: int, threads: int, env: dict[str, str]) -> tuple[str, subprocess.Popen]:
+def _web_server(*, workers: int, threads: int, env: dict[str, str]) -> tuple[str, subprocess.Popen]:
     # its own process group, so a test can SIGKILL all of it
-    return start_gunicorn(
+    return start_web_server(
         env=env,
         workers=workers,
         threads=threads,
-        log_name="tools-gunicorn",
+        log_name="tools-web",
         ready_path="/api/v1/tools/",
         own_group=True,
     )
@@ -70,11 +77,11 @@ _stop = stop_process
 def tools_server(
     django_db_setup: Any, django_db_blocker: Any, smtp_server: SmtpRecorder
 ) -> Iterator[str]:
-    """gunicorn (2 workers x 4 threads) against the test database, mailing to `smtp_server`.
+    """The web server (2 workers x 4 threads) against the test database, mailing to `smtp_server`.
 
     Tests that talk to it must use `transactional_db` so what they write is committed.
     """
-    url, proc = _gunicorn(workers=2, threads=4, env=server_env_for(smtp_server.port))
+    url, proc = _web_server(workers=2, threads=4, env=server_env_for(smtp_server.port))
     try:
         yield url
     finally:
@@ -85,13 +92,13 @@ def tools_server(
 def killable_server(
     django_db_setup: Any, smtp_server: SmtpRecorder
 ) -> Iterator[Callable[..., tuple[str, subprocess.Popen]]]:
-    """Start a one-worker gunicorn in its own process group; the test may SIGKILL the group.
+    """Start a one-worker web server in its own process group; the test may SIGKILL the group.
 
     `start(**env)` adds environment variables (a crash point, a shorter lock timeout)."""
     started: list[subprocess.Popen] = []
 
     def start(**extra_env: str) -> tuple[str, subprocess.Popen]:
-        url, proc = _gunicorn(
+        url, proc = _web_server(
             workers=1, threads=2, env={**server_env_for(smtp_server.port), **extra_env}
         )
         started.append(proc)

@@ -1,7 +1,7 @@
 """The one-call gateway step killed at each point, over real HTTP, real SMTP and a real SIGKILL.
 
-A gunicorn started with GATEWAY_CRASH_AT=<point> dies (the whole process group) inside
-`POST /runs/{id}/steps/` with `"invoke": true` for `email.send`. A second gunicorn takes over;
+A web server started with GATEWAY_CRASH_AT=<point> dies (the whole process group) inside
+`POST /runs/{id}/steps/` with `"invoke": true` for `email.send`. A second web server takes over;
 once the lease and the key's lock (2 s) have run out, a new lease applies the recovery rules and
 the step ends where they say, with never more than one email row and one SMTP message (the four
 servers die first and their leases run out together: one 5 s wait, not four; each point is a
@@ -26,7 +26,7 @@ import pytest
 from runs.models import Run, Step
 from runs.services.decisions import step_resolve
 from tests.conftest import chain_problems
-from tests.processes import start_gunicorn, stop_process
+from tests.processes import start_web_server, stop_process
 from tests.tools.conftest import SmtpRecorder, server_env_for
 from tools.models import OutboundEmail
 
@@ -70,16 +70,16 @@ class Worker:
 
 @pytest.fixture(scope="module")
 def takeover_server(django_db_setup: Any, smtp_server: SmtpRecorder) -> Iterator[str]:
-    """The gunicorn that takes over after each kill (no crash point; the same short lock
+    """The web server that takes over after each kill (no crash point; the same short lock
     timeout), one for the module: it keeps no state of a run between requests."""
-    url, proc = start_gunicorn(
+    url, proc = start_web_server(
         env={
             **server_env_for(smtp_server.port),
             "TOOLS_IDEMPOTENCY_LOCK_TIMEOUT_SECONDS": LOCK_TIMEOUT,
         },
         workers=1,
         threads=2,
-        log_name="tools-gunicorn-takeover",
+        log_name="tools-web-takeover",
         ready_path="/api/v1/tools/",
     )
     try:

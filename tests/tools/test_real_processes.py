@@ -1,7 +1,7 @@
 """Exactly once over real HTTP, real SMTP and a real SIGKILL.
 
-50 concurrent invokes of email.send with one key reach a gunicorn (2 workers x 4 threads) that
-mails to an aiosmtpd server this test started; a gunicorn killed mid-tool leaves its key
+50 concurrent invokes of email.send with one key reach the web server (2 workers x 4 threads) that
+mails to an aiosmtpd server this test started; a web server killed mid-tool leaves its key
 in_progress, which the journal's recovery turns into an `unknown` step once the lock is stale.
 """
 

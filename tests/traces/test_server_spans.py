@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.processes import start_gunicorn, stop_process
+from tests.processes import start_web_server, stop_process
 from tests.traces.receiver import OtlpReceiver
 from tests.traces.story import CALLER_SPAN, CALLER_TRACE, TRACEPARENT
 
@@ -18,11 +18,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 def test_a_request_and_its_sql_are_spans_in_the_callers_trace(
     receiver: OtlpReceiver, worker_token: str, transactional_db: Any
 ) -> None:
-    url, server = start_gunicorn(
+    url, server = start_web_server(
         env={"TRACES_INSTRUMENT_SERVER": "1", "OTEL_BSP_SCHEDULE_DELAY": "100"},
         workers=1,
         threads=2,
-        log_name="gunicorn-otel",
+        log_name="web-otel",
     )
     try:
         answer = httpx.get(

@@ -1,6 +1,6 @@
 """A run's trace context comes from the W3C `traceparent` header of POST /api/v1/runs/, whichever
 door answers it: the DRF view alone, the URL conf's lean path (hot_view), the WSGI door
-(HotPathWSGI, what gunicorn runs) and the in-process transport. An invalid header is ignored
+(HotPathWSGI, what the web server runs) and the in-process transport. An invalid header is ignored
 (W3C), never refused."""
 
 import io

@@ -1,4 +1,4 @@
-"""One contract, two transports: every test runs on HTTP (a real gunicorn) and in-process.
+"""One contract, two transports: every test runs on HTTP (the real web server) and in-process.
 
 The SDK's `Run` cannot tell its transports apart, so neither may these tests: each asserts the
 same results, the same rows and the same exceptions (type, code and status) on both.
