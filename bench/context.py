@@ -27,6 +27,7 @@ TIERS: dict[str, dict[str, Any]] = {
         "page_samples": 5,
         "export_runs": [500],
         "export_timeout": 60.0,
+        "trace_export_events": 2_000,
     },
     "quick": {
         "reps": 3,
@@ -43,6 +44,7 @@ TIERS: dict[str, dict[str, Any]] = {
         "page_samples": 10,
         "export_runs": [1_000, 10_000],
         "export_timeout": 120.0,
+        "trace_export_events": 20_000,
     },
     "full": {
         "reps": 3,
@@ -59,6 +61,8 @@ TIERS: dict[str, dict[str, Any]] = {
         "page_samples": 20,
         "export_runs": [10_000, 100_000],
         "export_timeout": 90.0,
+        # the journal's last events, not all of it: after the scaling part it holds millions
+        "trace_export_events": 200_000,
     },
 }
 

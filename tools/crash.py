@@ -1,6 +1,6 @@
 """Named crash points inside the one-call gateway step, for the recovery tests.
 
-GATEWAY_CRASH_AT=<point> makes the serving process group (a gunicorn started in its own session)
+GATEWAY_CRASH_AT=<point> makes the serving process group (a web server started in its own session)
 die by SIGKILL at that point, as a lost pod would:
 
     before_intent          nothing journalled yet
