@@ -17,11 +17,20 @@ def findings(results: Results) -> str:
     lines: list[str] = []
     load_end = results.extra.get("loadavg_at_end") or [round(x, 2) for x in os.getloadavg()]
     load_start = results.extra.get("machine", {}).get("loadavg_at_start")
+    busy_at_start = bool(load_start) and float(load_start[0]) >= 1.0
     lines.append(
-        f"- **Machine load.** Load average {load_start} at the start and {load_end} at the end on "
-        "2 cores: other work (test suites of the other parts) shared the CPUs during this run. "
-        "Every absolute time below carries that; the ratios against the raw INSERT and the "
-        "libraries, measured in the same minutes, carry less of it."
+        f"- **Machine load.** Load average {load_start} at the start, before the bench's own "
+        f"processes, and {load_end} at the end on 2 cores: "
+        + (
+            "other work shared the CPUs during this run. Every absolute time below carries "
+            "that; the ratios against the raw INSERT and the libraries, measured in the same "
+            "minutes, carry less of it."
+            if busy_at_start
+            else "the machine was quiet when the run began, and the load during it is mostly "
+            "the bench's own clients, web server and PostgreSQL on the same two cores. The "
+            "ratios against the raw INSERT and the libraries, measured in the same minutes, "
+            "drift less than absolute times."
+        )
     )
     write = _p50(results, "ledger write step (intent + outcome) 100B")
     read = _p50(results, "ledger read step (one call) 100B")
@@ -94,14 +103,16 @@ def findings(results: Results) -> str:
                     "  body parse (strict JSON)",
                     "  canonical JSON + hashes",
                     "  response (orjson)",
-                    "granian request handling",
+                    "granian's WSGI runner (the app's call included)",
                 )
                 if label in b
             )
             lines.append(
                 f"- **Profile ({kind} steps, py-spy).** Of the worker's on-CPU samples: {shares}; "
                 "the kernel call's share is mostly waiting on PostgreSQL's answer (commit and "
-                "fsync), the rest is the web server's request handling and socket I/O."
+                "fsync). granian's HTTP handling is Rust, which py-spy does not sample: the "
+                "runner's share less the lean path's is the Python around the app's call "
+                "(the WSGI environ, the request-line limit, the response's iteration)."
             )
     lease = _p50(results, "lease+journal call, 20 steps × ~10 KB (recovery)")
     restart = _p50(results, "whole restart: process start → step 13 executing")

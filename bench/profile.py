@@ -50,8 +50,9 @@ BUCKETS = [
     ("Django ORM SQL compilation", "as_sql (django/db/models/sql/compiler.py"),
     ("connection health check", "is_usable (django/db/backends/postgresql/base.py"),
     ("middleware (outside the view)", "__call__ (django/utils/deprecation.py"),
-    # granian calls the app from here (its HTTP handling is Rust, outside Python's frames)
-    ("granian request handling", "_runner (granian/wsgi.py"),
+    # granian calls the app from here, so the app's frames are inside it (its HTTP handling is
+    # Rust, outside Python's frames)
+    ("granian's WSGI runner (the app's call included)", "_runner (granian/wsgi.py"),
 ]
 
 
