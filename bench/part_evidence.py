@@ -30,12 +30,17 @@ from typing import Any
 
 import psycopg
 
+from bench.common import APP_ROLE
+
 ROOT = Path(__file__).resolve().parent.parent
 DB = os.environ.get("BENCH_EVIDENCE_DB", "bench_evidence")
 HOST = os.environ.get("BENCH_PG_HOST", "127.0.0.1")
 PORT = os.environ.get("BENCH_PG_PORT", "5432")
 USER = os.environ.get("BENCH_PG_USER", "root")
-URL = f"postgres://{USER}@{HOST}:{PORT}/{DB}"
+# the admin (USER) makes and drops the database; the ledger's side (migrations, the data, the
+# pack) connects as the bench's ordinary role, which owns the tables and which the teams'
+# policies bind, as a deployment's role is (bench.common.APP_ROLE)
+URL = f"postgres://{APP_ROLE}@{HOST}:{PORT}/{DB}"
 
 
 def log(msg: str) -> None:
@@ -100,8 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "EVIDENCE.md"))
     args = parser.parse_args(argv)
 
+    from bench.stack import ensure_app_role
+
+    ensure_app_role()
     admin(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    admin(f'CREATE DATABASE "{DB}"')
+    admin(f'CREATE DATABASE "{DB}" OWNER "{APP_ROLE}"')
     os.environ.setdefault("SECRET_KEY", "dev")
     sys.path.insert(0, str(ROOT))
     from audit.signing import private_key_generate
@@ -137,25 +145,36 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, *, env: dict[str, str], work: Path) -> dict[str, Any]:
+    from django.db import connection
+
     from audit.checkpoints import checkpoint_create
     from audit.verify import OFFLINE_FILES
     from bench.testdata import runs_bulk_create
     from runs.models import Event, Step
+    from teams.scope import every_team
 
     now = datetime.now(UTC)
     t_gen = time.perf_counter()
-    runs_bulk_create(
-        runs=args.runs,
-        steps_per_run=args.steps,
-        agent="support",
-        created_at=now - timedelta(days=30),
-        spread_days=29,
-    )
-    checkpoint = checkpoint_create(actor="system:bench").checkpoint
-    assert checkpoint is not None
-    generated_s = time.perf_counter() - t_gen
-    events = Event.objects.count()
-    steps = Step.objects.count()
+    # the data in `default`, as an operator's command files it; the pack is built below by
+    # `manage.py evidence_pack` under its own scope, as a person runs it
+    with every_team("operator command"):
+        runs_bulk_create(
+            runs=args.runs,
+            steps_per_run=args.steps,
+            agent="support",
+            created_at=now - timedelta(days=30),
+            spread_days=29,
+        )
+        checkpoint = checkpoint_create(actor="system:bench").checkpoint
+        assert checkpoint is not None
+        generated_s = time.perf_counter() - t_gen
+        events = Event.objects.count()
+        steps = Step.objects.count()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_user, rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+        )
+        role, bypasses_policies = cursor.fetchone()  # type: ignore[misc]
     log(f"{args.runs} runs, {steps} steps, {events} events in {generated_s:.0f} s")
 
     pack = work / "pack.zip"
@@ -205,6 +224,8 @@ def _run(args: argparse.Namespace, *, env: dict[str, str], work: Path) -> dict[s
         )
         assert out.strip().endswith("OK"), out
     return {
+        "database_role": role,
+        "role_bypasses_policies": bool(bypasses_policies),
         "runs": args.runs,
         "steps": steps,
         "events": events,
@@ -242,7 +263,9 @@ def _write(args: argparse.Namespace, f: dict[str, Any]) -> None:
 runs over 30 days with valid chains, {f["steps"]:,} steps, {f["events"]:,} events,
 {f["decisions"]:,} decisions by people, all signed by one checkpoint (generated in
 {f["generated_seconds"]} s, not timed below). Each figure is one process, started as a person
-starts it.
+starts it, connected as the role `{f["database_role"]}` (a superuser or BYPASSRLS:
+{"yes" if f["role_bypasses_policies"] else "no"}, so the teams' row-level-security policies
+{"do not bind" if f["role_bypasses_policies"] else "bind"} it, as on a deployment).
 
 | | |
 |---|---|

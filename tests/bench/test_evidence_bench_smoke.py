@@ -43,6 +43,8 @@ def test_the_evidence_bench_builds_and_verifies_a_pack_and_drops_its_database(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures = json.loads(out.with_suffix(".json").read_text())
     assert figures["runs"] == 40 and figures["decisions"] == 4  # every tenth run has one
+    # built as the ordinary role a deployment connects as, which the teams' policies bind
+    assert figures["role_bypasses_policies"] is False, figures["database_role"]
     assert figures["build_seconds"] > 0 and figures["verify_seconds"] > 0
     assert figures["pack_bytes"] > 0 and "runs.jsonl" in figures["members"]
     assert "# Evidence pack: 40 runs" in out.read_text()
