@@ -279,14 +279,16 @@ def start_web_server(
     log_name: str = "web",
     ready_path: str = "/api/v1/schema/",
     own_group: bool = False,
+    keep_connections: bool = True,
 ) -> tuple[str, subprocess.Popen[bytes]]:
     """Start the product's web server (`python -m config.serve`) on the test database and wait
-    until it answers; returns (base URL, process). `env` is added to `server_env()`."""
+    until it answers; returns (base URL, process). `env` is added to `server_env()`, with
+    `keep_connections` (the product's default: a connection per thread, kept)."""
     port = port or free_port()
     proc = spawn(
         web_server_args(port, workers=workers, threads=threads),
         log_name=f"{log_name}-{port}",
-        env=server_env(env, keep_connections=True),
+        env=server_env(env, keep_connections=keep_connections),
         own_group=own_group,
     )
     url = f"http://127.0.0.1:{port}"
@@ -308,10 +310,14 @@ def web_server_process(
     threads: int = 4,
     log_name: str = "web",
     own_group: bool = False,
+    ready_path: str = "/api/v1/schema/",
+    keep_connections: bool = True,
+    stop_timeout: float = 10.0,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """The product's web server for the block; yields its base URL and its main process.
     `own_group`: the main process leads its own process group, so a test can SIGKILL the whole
-    node (main process and workers) the way a machine dies."""
+    node (main process and workers) the way a machine dies. At the end it gets `stop_timeout`
+    seconds to stop after SIGTERM (stop_process)."""
     url, proc = start_web_server(
         port=port,
         env=env,
@@ -319,11 +325,13 @@ def web_server_process(
         threads=threads,
         log_name=log_name,
         own_group=own_group,
+        ready_path=ready_path,
+        keep_connections=keep_connections,
     )
     try:
         yield url, proc
     finally:
-        stop_process(proc)
+        stop_process(proc, timeout=stop_timeout)
 
 
 @contextmanager

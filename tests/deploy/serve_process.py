@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.processes import (
-    STARTUP_TIMEOUT,
-    free_port,
-    server_env,
-    spawn,
-    stop_process,
-    wait_for_http,
-)
+from tests.processes import web_server_process
 
 
 class Served:
@@ -56,18 +48,15 @@ def config_serve(
     log_name: str = "config-serve",
     keep_connections: bool = True,
 ) -> Iterator[Served]:
-    """`python -m config.serve` on a free port of 127.0.0.1 for the block, answering."""
-    port = free_port()
-    args = [sys.executable, "-m", "config.serve", "--port", str(port)]
-    args += ["--workers", str(workers), "--threads", str(threads)]
-    proc = spawn(
-        args,
-        log_name=f"{log_name}-{port}",
-        env=server_env(env, keep_connections=keep_connections),
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(f"{url}/healthz", timeout=STARTUP_TIMEOUT, proc=proc)
+    """`python -m config.serve` on a free port of 127.0.0.1 for the block, answering /healthz
+    (tests.processes.web_server_process); 30 s to stop, for the tests of a graceful stop."""
+    with web_server_process(
+        env=env,
+        workers=workers,
+        threads=threads,
+        log_name=log_name,
+        ready_path="/healthz",
+        keep_connections=keep_connections,
+        stop_timeout=30,
+    ) as (url, proc):
         yield Served(url, proc)
-    finally:
-        stop_process(proc, timeout=30)
