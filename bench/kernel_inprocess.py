@@ -37,16 +37,20 @@ def measure(size: int, runs: int, reps: int) -> dict[str, Any]:
     from teams.scope import team_scope
 
     payload = payload_of(size)
+
+    def leased_run() -> tuple[Any, int]:
+        """A new run and the epoch of its first lease."""
+        run, _ = run_create(agent="bench-inprocess", input={}, actor="bench")
+        lease = run_lease_acquire(run_id=run.pk, worker="w", ttl_seconds=60, actor="bench")
+        return run, lease.epoch
+
     with team_scope(Team.objects.get(slug=DEFAULT_TEAM_SLUG).pk):
         out: dict[str, list[list[float]]] = {"write": [], "read": []}
         for _ in range(reps + 1):  # the first repetition warms the connection and is dropped
             write: list[float] = []
             read: list[float] = []
             for _ in range(runs):
-                run, _ = run_create(agent="bench-inprocess", input={}, actor="bench")
-                epoch = run_lease_acquire(
-                    run_id=run.pk, worker="w", ttl_seconds=60, actor="bench"
-                ).epoch
+                run, epoch = leased_run()
                 for i in range(STEPS):
                     t0 = time.perf_counter()
                     kernel.step_intent(
@@ -59,10 +63,7 @@ def measure(size: int, runs: int, reps: int) -> dict[str, Any]:
                         usage=None, actor="worker:bench",
                     )  # fmt: skip
                     write.append((time.perf_counter() - t0) * 1000)
-                run, _ = run_create(agent="bench-inprocess", input={}, actor="bench")
-                epoch = run_lease_acquire(
-                    run_id=run.pk, worker="w", ttl_seconds=60, actor="bench"
-                ).epoch
+                run, epoch = leased_run()
                 for i in range(STEPS):
                     t0 = time.perf_counter()
                     kernel.step_intent(
