@@ -117,17 +117,24 @@ def people_local_create(
     return user
 
 
+def _local_person(user_id: int, what: str) -> User:
+    """The person `user_id`, refused when their `what` (groups, roles) come from the identity
+    provider: a provider user's are set at each sign-in."""
+    user = _person(user_id)
+    if is_provider_user(user):
+        raise ApplicationError(
+            "provider_user",
+            f"{user.username}'s {what} come from the identity provider at each sign-in; "
+            "change them there.",
+        )
+    return user
+
+
 def people_groups_set(*, actor: User, user_id: int, groups: list[str]) -> User:
     """A local user's groups (a provider user's come from the provider at each sign-in)."""
     names = _dashboard_groups(groups)
     with transaction.atomic():
-        user = _person(user_id)
-        if is_provider_user(user):
-            raise ApplicationError(
-                "provider_user",
-                f"{user.username}'s groups come from the identity provider at each sign-in; "
-                "change them there.",
-            )
+        user = _local_person(user_id, "groups")
         user_groups_audited(
             user, names, actor=actor, action="people.groups", username=user.username
         )
@@ -229,13 +236,7 @@ def people_role_change(*, actor: User, user_id: int, team: Any, role: str, grant
     if role not in Role.values:
         raise ApplicationError("validation_error", f"No such role: {role}.", status_code=400)
     with transaction.atomic():
-        user = _person(user_id)
-        if is_provider_user(user):
-            raise ApplicationError(
-                "provider_user",
-                f"{user.username}'s roles come from the identity provider at each sign-in; "
-                "change them there.",
-            )
+        user = _local_person(user_id, "roles")
         if grant:
             before = role in roles_of(user).get(getattr(team, "pk", team), ())
             grant_role(user, team, role, actor=actor)
